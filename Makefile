@@ -1,0 +1,61 @@
+# Two commands matter (README): `make main` and `make test`. Everything else is a step of those.
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+UV := $(BIN)/uv
+export PATH := $(abspath $(BIN)):$(PATH)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+
+.PHONY: setup main test unit lint sanity clean
+
+setup: $(VENV)/.installed .collections/ansible_collections/llmops/vllm
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q uv
+	$(UV) pip install -q --python $(PY) -e '.[test]'
+	touch $@
+
+# The checkout itself is the collection: link it where Ansible and Python look for llmops.vllm.
+.collections/ansible_collections/llmops/vllm:
+	mkdir -p .collections/ansible_collections/llmops
+	ln -sfn ../../.. $@
+
+# The main job. At this stage: the plan preview of the story's host (8x RTX PRO 6000, PCIe, 2 NUMA
+# nodes, captured in tests/fixtures) for the model it retires and the model it rolls out.
+RTX := --topo-file tests/fixtures/topology/8x-rtxpro6000-bw-server-pcie-2numa-asus-esc8000a-e13p.txt \
+  --query-file tests/fixtures/gpuinfo/nvidia-smi-q__8x-rtxpro6000-asus-esc8000a-e13p.txt \
+  --numactl-file tests/fixtures/gpuinfo/numactl-H__8x-rtxpro6000-asus-esc8000a-e13p.txt
+main: setup
+	$(BIN)/llmops-vllm plan $(RTX) --model tests/fixtures/configs/nvidia__Kimi-K2.5-NVFP4.json --model-id nvidia/Kimi-K2.5-NVFP4
+	@echo
+	$(BIN)/llmops-vllm plan $(RTX) --model tests/fixtures/configs/MiniMaxAI__MiniMax-M2.5.partial.json --model-id MiniMaxAI/MiniMax-M2.5
+
+# Every runner writes JUnit XML under out/junit; one `N passed, N failed` line sums them up.
+test: setup
+	rm -rf out/junit && mkdir -p out/junit
+	status=0; \
+	$(BIN)/pytest --junitxml=out/junit/pytest.xml || status=$$?; \
+	$(PY) tools/test_summary.py out/junit || { [ $$status -ne 0 ] || status=1; }; \
+	exit $$status
+
+unit: setup
+	$(BIN)/pytest tests/unit
+
+lint: setup
+	$(BIN)/ansible-lint
+
+# ansible-test must run from an ansible_collections/<namespace>/<name> path: test a copy of the tree.
+SANITY_DIR := $(abspath out/sanity/ansible_collections/llmops/vllm)
+ANSIBLE_TEST_CACHE := $(HOME)/.ansible/test/cache
+sanity: setup
+	mkdir -p $(ANSIBLE_TEST_CACHE)
+	for v in 24.2 25.0.1 25.2; do cp tools/ansible_test_get_pip.py $(ANSIBLE_TEST_CACHE)/get_pip_$$(echo $$v | tr . _).py; done
+	rm -rf out/sanity && mkdir -p $(SANITY_DIR)
+	git ls-files -co --exclude-standard | grep -v '^out/' | tar -cf - -T - | tar -xf - -C $(SANITY_DIR)
+	cd $(SANITY_DIR) && git init -q && git add -A && \
+	  $(abspath $(BIN))/ansible-test sanity --python 3.11 --color no --skip-test pylint
+
+clean:
+	rm -rf $(VENV) .collections .pytest_cache

