@@ -301,7 +301,7 @@ def run(argv=None):
         data = result.model_dump()
         sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else render_plan(data, host)) + "\n")
         if not result.fits:
-            sys.stderr.write("llmops-vllm: does not fit: %s\n" % " ".join((result.error or "").split()))
+            sys.stderr.write("llmops-vllm: %s\n" % " ".join((result.error or "does not fit").split()))
             return EXIT_DOES_NOT_FIT
         return EXIT_OK
     except SystemExit as exc:  # argparse's --help

@@ -832,7 +832,9 @@ def _closest(candidates):
     valid = [c for c in candidates if c.valid and c.memory]
     if not valid:
         return None
-    return max(valid, key=lambda c: (c.kv_cache_tokens, c.memory.kv_cache_bytes, -c.tensor_parallel_size))
+    # Most KV room first; among layouts with none, the one whose weights come closest to fitting.
+    return max(valid, key=lambda c: (c.kv_cache_tokens,
+                                     c.memory.cap_bytes - c.memory.weights_bytes - c.memory.overhead_bytes))
 
 
 def _nearest_option(ctx, candidates, available, util, head=None):
