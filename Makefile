@@ -32,13 +32,10 @@ main: setup
 	@echo
 	$(BIN)/llmops-vllm plan $(RTX) --model tests/fixtures/configs/MiniMaxAI__MiniMax-M2.5.partial.json --model-id MiniMaxAI/MiniMax-M2.5
 
-# Every runner writes JUnit XML under out/junit; one `N passed, N failed` line sums them up.
+# Every runner (pytest, each molecule scenario) writes JUnit XML under out/junit; one
+# `N passed, N failed` line sums them up. The sandbox is torn down at the end, always.
 test: setup
-	rm -rf out/junit && mkdir -p out/junit
-	status=0; \
-	$(BIN)/pytest --junitxml=out/junit/pytest.xml || status=$$?; \
-	$(PY) tools/test_summary.py out/junit || { [ $$status -ne 0 ] || status=1; }; \
-	exit $$status
+	tools/run_tests.sh
 
 unit: setup
 	$(BIN)/pytest tests/unit

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Record what a released vLLM wheel can do, for plans made without live `vllm_info` facts.
 
     tools/record_vllm_release.py WHEEL [--python-module plugins/plugin_utils/vllm_release.py] [--json F]

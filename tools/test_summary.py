@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Print one `N passed, N failed` line over every JUnit XML file in a directory (pytest, molecule
 scenarios, ...), so CI sees one total however many runners took part. Exit 1 if any failed or none ran."""
 import glob
