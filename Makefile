@@ -7,7 +7,7 @@ UV := $(BIN)/uv
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: setup main test unit lint sanity clean
+.PHONY: setup main test unit lint sanity clean sandbox-up sandbox-down preview bench
 
 setup: $(VENV)/.installed .collections/ansible_collections/llmops/vllm
 
@@ -22,12 +22,29 @@ $(VENV)/.installed: pyproject.toml
 	mkdir -p .collections/ansible_collections/llmops
 	ln -sfn ../../.. $@
 
-# The main job. At this stage: the plan preview of the story's host (8x RTX PRO 6000, PCIe, 2 NUMA
-# nodes, captured in tests/fixtures) for the model it retires and the model it rolls out.
+# The main job on the embedded sandbox: bring it up from nothing (packages, rootfs, venvs, models,
+# hub, two systemd hosts; caches make the second run fast), serve model A on every host, then roll
+# out the inventory's model B (retire A, serve B, gate, rollback on failure) and print the report.
+# The sandbox stays up for a look around; `make sandbox-down` removes it.
+ANSIBLE_PLAYBOOK := $(BIN)/ansible-playbook
+main: setup
+	sandbox/up
+	$(ANSIBLE_PLAYBOOK) playbooks/rollout.yml -e @examples/sandbox-model-a.yml
+	$(ANSIBLE_PLAYBOOK) playbooks/rollout.yml
+	$(PY) tools/show_report.py reports
+
+sandbox-up:
+	sandbox/up
+
+sandbox-down:
+	sandbox/down
+
+# The story's host from real captures (8x RTX PRO 6000, PCIe, two NUMA nodes): the plans of the
+# model it retires and the model it rolls out. No GPU needed.
 RTX := --topo-file tests/fixtures/topology/8x-rtxpro6000-bw-server-pcie-2numa-asus-esc8000a-e13p.txt \
   --query-file tests/fixtures/gpuinfo/nvidia-smi-q__8x-rtxpro6000-asus-esc8000a-e13p.txt \
   --numactl-file tests/fixtures/gpuinfo/numactl-H__8x-rtxpro6000-asus-esc8000a-e13p.txt
-main: setup
+preview: setup
 	$(BIN)/llmops-vllm plan $(RTX) --model tests/fixtures/configs/nvidia__Kimi-K2.5-NVFP4.json --model-id nvidia/Kimi-K2.5-NVFP4
 	@echo
 	$(BIN)/llmops-vllm plan $(RTX) --model tests/fixtures/configs/MiniMaxAI__MiniMax-M2.5.partial.json --model-id MiniMaxAI/MiniMax-M2.5
@@ -53,6 +70,10 @@ sanity: setup
 	git ls-files -co --exclude-standard | grep -v '^out/' | tar -cf - -T - | tar -xf - -C $(SANITY_DIR)
 	cd $(SANITY_DIR) && git init -q && git add -A && \
 	  $(abspath $(BIN))/ansible-test sanity --python 3.11 --color no --skip-test pylint
+
+bench: setup
+	$(PY) bench/vllm_info_fastpath.py
+	$(PY) bench/hf_fetch.py
 
 clean:
 	rm -rf $(VENV) .collections .pytest_cache

@@ -35,6 +35,8 @@ class ActionModule(ActionBase):
             result.update(failed=True, changed=False, msg="serving plan: %s" % exc)
             return result
         result.update(plan.model_dump())
+        # Ansible consumes a result's `warnings` (it shows them); keep the plan's own list as data too.
+        result['plan_warnings'] = list(plan.warnings)
         result['changed'] = False
         if not plan.fits and args['fail_on_no_fit']:
             result['failed'] = True

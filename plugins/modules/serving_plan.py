@@ -182,8 +182,8 @@ reasons:
   returned: always
   type: list
   elements: str
-warnings:
-  description: Things a reviewer should know.
+plan_warnings:
+  description: Things a reviewer should know (the CLI's C(warnings); Ansible also shows each as a warning).
   returned: always
   type: list
   elements: str

@@ -6,6 +6,7 @@
     llmops-vllm topology --topo-file F [--query-file F] [--numactl-file F] [--sysfs-root DIR] [--json]
     llmops-vllm model --model PATH [--json]
     llmops-vllm plan (--topo-file F [--query-file F] | --facts F) --model PATH [overrides] [--json]
+    llmops-vllm validate --inventory PATH [--json]        the desired state (vllm_model) of every host
 
 Exit codes: 0 success; 2 valid input but the model does not fit (plan); 1 bad input or usage.
 With --json stdout is exactly one JSON object ({"error": "..."} on exit 1) and stderr one
@@ -21,7 +22,7 @@ import os
 import sys
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
-from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state, planner
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT = 0, 1, 2
 GIB = planner.GIB
@@ -82,7 +83,7 @@ def _add_topology_inputs(parser, facts_option):
 
 def build_parser():
     parser = _Parser(prog="llmops-vllm", description="Plan how vLLM should serve a model on a host, from captured facts.")
-    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan,validate}", parser_class=_Parser)
     sub.required = True
 
     p_topo = sub.add_parser("topology", help="GPU topology facts from captured nvidia-smi/numactl/sysfs outputs")
@@ -118,7 +119,39 @@ def build_parser():
     p_plan.add_argument("--numa-bind", choices=("auto", "vllm", "numactl", "off"), default="auto")
     p_plan.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
     p_plan.add_argument("--json", action="store_true")
+
+    p_valid = sub.add_parser("validate", help="check the desired state (vllm_model) of every host of an inventory")
+    p_valid.add_argument("--inventory", "-i", required=True, help="inventory path, as for ansible-playbook -i")
+    p_valid.add_argument("--variable", default="vllm_model")
+    p_valid.add_argument("--json", action="store_true")
     return parser
+
+
+def inventory_hostvars(path):
+    """Every host's variables as `ansible-inventory --list` sees them (not templated)."""
+    import subprocess
+    binary = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
+    if not os.path.exists(binary):
+        binary = "ansible-inventory"
+    try:
+        proc = subprocess.run([binary, "-i", path, "--list"], capture_output=True, text=True, timeout=120)
+    except OSError as exc:
+        raise UsageError("cannot run ansible-inventory: %s" % exc)
+    if proc.returncode != 0:
+        raise UsageError("ansible-inventory -i %s failed: %s" % (path, " ".join(proc.stderr.split())[-400:]))
+    data = json.loads(proc.stdout)
+    hostvars = dict((data.get("_meta") or {}).get("hostvars") or {})
+    for group in data.values():
+        for host in (group.get("hosts") or []) if isinstance(group, dict) else []:
+            hostvars.setdefault(host, {})
+    return hostvars
+
+
+def validate_inventory(args):
+    hostvars = inventory_hostvars(args.inventory)
+    valid, problems = desired_state.validate_inventory(hostvars, args.variable)
+    return {"hosts": sorted(hostvars), "valid": valid, "problems": problems,
+            "without_model": sorted(set(hostvars) - set(valid) - set(problems))}
 
 
 def _gpu_list(text):
@@ -296,6 +329,22 @@ def run(argv=None):
         if args.command == "model":
             facts = model_config.model_facts(args.model)
             sys.stdout.write((json.dumps(facts, indent=2, sort_keys=True) if as_json else render_model(facts)) + "\n")
+            return EXIT_OK
+        if args.command == "validate":
+            report = validate_inventory(args)
+            if as_json:
+                sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            else:
+                for host, doc in sorted(report["valid"].items()):
+                    sys.stdout.write("ok   %s: %s@%s as %s on port %s\n" % (
+                        host, doc["repo_id"], doc["revision"], doc["unit"], doc["port"]))
+                for host in report["without_model"]:
+                    sys.stdout.write("--   %s: no %s\n" % (host, args.variable))
+                for host, message in sorted(report["problems"].items()):
+                    sys.stdout.write("FAIL %s\n" % message)
+            if report["problems"]:
+                sys.stderr.write("llmops-vllm: %d host(s) with an invalid %s\n" % (len(report["problems"]), args.variable))
+                return EXIT_BAD_INPUT
             return EXIT_OK
         result, host = make_plan(args)
         data = result.model_dump()

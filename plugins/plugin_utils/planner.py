@@ -269,6 +269,8 @@ class ServingPlan(BaseModel):
 
 
 def _gib(n):
+    if abs(n) < GIB:
+        return "%.1f MiB" % (n / (1 << 20))
     return "%.1f GiB" % (n / GIB)
 
 
@@ -663,7 +665,7 @@ def _plan_cpu(ctx):
         errors.append("needs %s of RAM but %s is usable; %s" % (_gib(needed), _gib(budget), nearest))
     enforce_eager = True if request.enforce_eager is None else request.enforce_eager
     if request.enforce_eager is None:
-        ctx.reasons.append("--enforce-eager: on CPU it skips torch.compile warm-up (healthy in ~25 s instead of 30-60 s)")
+        ctx.reasons.append("--enforce-eager: on CPU it skips the torch.compile warm-up, which roughly halves the time to healthy")
     argv = _base_argv(ctx)
     argv += ["--max-model-len", str(ctx.max_model_len)]
     if request.kv_cache_dtype != "auto":

@@ -1,0 +1,32 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of llmops.vllm.desired_state: validate a host's vllm_model document."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import PlanInputError
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        validation, args = self.validate_argument_spec(argument_spec=dict(
+            model=dict(type='raw', required=True),
+            variable=dict(type='str', default='vllm_model'),
+        ))
+        del validation
+        try:
+            result['model'] = desired_state.validate_model(args['model'], args['variable'])
+        except PlanInputError as exc:
+            result.update(failed=True, msg="desired state: %s" % exc)
+        result['changed'] = False
+        return result

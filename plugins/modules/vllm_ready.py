@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: vllm_ready
+short_description: Wait until a vLLM server really serves a model (the rollout's readiness gate)
+version_added: 0.1.0
+description:
+  - Waits, stage after stage, until C(/health) answers, C(/v1/models) lists the served model name,
+    a real completion comes back, a chat completion comes back when the model has a chat template,
+    and a request with tools is accepted when a tool-call parser is configured.
+  - Returns the seconds from the start to each stage that passed.
+  - When O(unit) is given, a unit that fails or restarts while waiting ends the wait at once (a
+    model vLLM cannot load does not wait for the timeout), and a failure carries the unit's recent
+    journal lines.
+  - Read-only; never reports a change. Runs on the host that serves (it talks to O(url) from there).
+author:
+  - llmops.vllm maintainers (@llmops)
+options:
+  url:
+    description: Base URL of the server, e.g. C(http://10.0.0.5:8000).
+    type: str
+    required: true
+  served_model_name:
+    description: The name the server must list in C(/v1/models) and answer to.
+    type: str
+    required: true
+  api_key:
+    description: Bearer token when the server was started with an API key.
+    type: str
+  timeout:
+    description: Seconds to wait for all stages together. Size it for the model's load time.
+    type: float
+    default: 600
+  interval:
+    description: Seconds between attempts.
+    type: float
+    default: 2
+  chat:
+    description:
+      - Check a chat completion. V(auto) does when O(model_path) has a chat template.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  tools:
+    description:
+      - Check that a chat request with tools is accepted. V(auto) does when O(tool_call_parser) is set.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  tool_call_parser:
+    description: The tool-call parser the server was started with (for O(tools=auto)).
+    type: str
+  model_path:
+    description: The model directory on this host (for O(chat=auto)).
+    type: path
+  unit:
+    description: The systemd unit serving the model; watched while waiting and quoted on failure.
+    type: str
+  journal_lines:
+    description: Journal lines of O(unit) to return on failure.
+    type: int
+    default: 40
+  prompt:
+    description: Prompt of the probe requests.
+    type: str
+    default: Hello
+  max_tokens:
+    description: Tokens to generate in each probe request.
+    type: int
+    default: 8
+attributes:
+  check_mode:
+    description: Can run in check mode; it only reads.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed in diff mode.
+    support: none
+seealso:
+  - module: llmops.vllm.serving_plan
+'''
+
+EXAMPLES = r'''
+- name: Gate the new model
+  llmops.vllm.vllm_ready:
+    url: http://10.0.0.5:8000
+    served_model_name: minimax-m2.5
+    unit: vllm-minimax-m2-5.service
+    model_path: /var/lib/llmops-vllm/models/MiniMaxAI/MiniMax-M2.5/5bd8b0e1
+    tool_call_parser: minimax_m2
+    timeout: 1800
+  register: ready
+'''
+
+RETURN = r'''
+stages:
+  description: The stages checked, in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [health, models, completion, chat, tools]
+timings:
+  description: Seconds from the start of the wait to the moment each stage passed.
+  returned: always
+  type: dict
+  sample: {"health": 24.1, "models": 24.1, "completion": 24.4, "chat": 24.6, "tools": 24.9}
+seconds:
+  description: Seconds until every stage passed.
+  returned: success
+  type: float
+  sample: 24.9
+completion_text:
+  description: What the probe completion generated.
+  returned: success
+  type: str
+stage:
+  description: The stage that did not pass.
+  returned: failure
+  type: str
+  sample: health
+error:
+  description: The last error seen.
+  returned: failure
+  type: str
+journal:
+  description: The unit's recent journal lines.
+  returned: failure and O(unit) given
+  type: list
+  elements: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.vllm.plugins.module_utils.readiness import (
+    ServerGone, has_chat_template, http_json, wait_ready)
+
+
+class UnitWatch(object):
+    """Raises ServerGone once the unit is failed/inactive or has restarted since the watch began."""
+
+    def __init__(self, module, unit):
+        self.module, self.unit = module, unit
+        self.systemctl = module.get_bin_path('systemctl', required=True)
+        self.first = self.show()
+
+    def show(self):
+        rc, out, err = self.module.run_command(
+            [self.systemctl, 'show', '-p', 'ActiveState', '-p', 'SubState', '-p', 'NRestarts', '-p', 'Result',
+             '-p', 'MainPID', '-p', 'ExecMainStatus', self.unit])
+        props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
+        return props
+
+    def __call__(self):
+        now = self.show()
+        state = now.get('ActiveState')
+        # A start queued with --no-block may still read "inactive": only a unit that has been
+        # activating or active since the watch began and is inactive again has stopped.
+        self.seen_running = getattr(self, 'seen_running', False) or state in ('activating', 'active', 'reloading')
+        if state == 'failed' or (state == 'inactive' and self.seen_running):
+            raise ServerGone('unit %s is %s (%s, result %s)' % (
+                self.unit, now.get('ActiveState'), now.get('SubState'), now.get('Result')))
+        if state == 'activating' and now.get('SubState') == 'start-post' and now.get('MainPID') == '0':
+            raise ServerGone('the server of %s exited while loading (status %s)' % (self.unit, now.get('ExecMainStatus')))
+        if int(now.get('NRestarts') or 0) > int(self.first.get('NRestarts') or 0):
+            raise ServerGone('unit %s restarted (%s restarts) while loading: the server exited'
+                             % (self.unit, now.get('NRestarts')))
+
+
+def journal(module, unit, lines):
+    journalctl = module.get_bin_path('journalctl')
+    if not journalctl:
+        return []
+    rc, out, err = module.run_command([journalctl, '-u', unit, '-n', str(lines), '--no-pager', '-o', 'cat'])
+    return out.splitlines()[-lines:]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type='str', required=True),
+            served_model_name=dict(type='str', required=True),
+            api_key=dict(type='str', no_log=True),
+            timeout=dict(type='float', default=600),
+            interval=dict(type='float', default=2),
+            chat=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
+            tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
+            tool_call_parser=dict(type='str'),
+            model_path=dict(type='path'),
+            unit=dict(type='str'),
+            journal_lines=dict(type='int', default=40),
+            prompt=dict(type='str', default='Hello'),
+            max_tokens=dict(type='int', default=8),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    stages = ['health', 'models', 'completion']
+    chat = p['chat'] == 'always' or (p['chat'] == 'auto' and has_chat_template(p['model_path']))
+    if chat:
+        stages.append('chat')
+    if p['tools'] == 'always' or (p['tools'] == 'auto' and p['tool_call_parser']):
+        stages.append('tools')
+    watch = UnitWatch(module, p['unit']) if p['unit'] else None
+
+    def http(url, payload, api_key):
+        return http_json(url, payload, api_key, timeout=max(30.0, p['interval']))
+
+    passed, result = wait_ready(p['url'], p['served_model_name'], stages, http, timeout=p['timeout'],
+                                interval=p['interval'], api_key=p['api_key'], prompt=p['prompt'],
+                                max_tokens=p['max_tokens'], unit_alive=watch)
+    result['stages'] = stages
+    if passed:
+        module.exit_json(changed=False, **result)
+    if p['unit']:
+        result['journal'] = journal(module, p['unit'], p['journal_lines'])
+    module.fail_json(msg='%s is not ready: %s' % (p['url'], result['error']), changed=False, **result)
+
+
+if __name__ == '__main__':
+    main()

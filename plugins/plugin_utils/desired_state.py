@@ -1,0 +1,206 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The desired state a GitOps pipeline edits: which model each host serves, and how.
+
+One document per host, the inventory variable ``vllm_model``::
+
+    vllm_model:
+      name: minimax-m2-5              # the unit is vllm-<name>.service
+      repo_id: MiniMaxAI/MiniMax-M2.5
+      revision: main                  # branch, tag or commit; the rollout pins the commit
+      served_model_name: minimax-m2.5 # default: name
+      port: 8000
+      bind: 10.0.0.5                  # default: the host's primary IPv4 address
+      plan: {tensor_parallel_size: 4} # overrides of any planner choice (PlanRequest)
+      extra_args: [--seed, "1"]
+      env: {NCCL_DEBUG: WARN}
+
+Validated before any task runs, with every problem of the document in one readable message.
+Values still holding Jinja (``{{ ... }}``, as `ansible-inventory --list` prints them) are accepted
+here and checked again once Ansible has templated them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import (
+    PYDANTIC_IMPORT_ERROR, PlanInputError, PlanRequest)
+
+try:
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+except ImportError:  # the planner module already explains what to install
+    BaseModel, ValidationError = object, ValueError
+
+    def ConfigDict(**kwargs):
+        return kwargs
+
+    def Field(default=None, **kwargs):
+        return default
+
+    def field_validator(*args, **kwargs):
+        return lambda function: function
+
+    model_validator = field_validator
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
+# Planner choices a host may pin; the rest of PlanRequest is filled in by the rollout itself.
+PLAN_OWNED_BY_ROLLOUT = ("model_id", "model_path", "served_model_name", "host", "port", "extra_args", "env")
+
+
+def _templated(value):
+    return isinstance(value, str) and "{{" in value
+
+
+class DesiredModel(BaseModel):
+    """``vllm_model`` of one host."""
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    repo_id: str
+    revision: str = "main"
+    served_model_name: Optional[str] = None
+    port: Any = 8000
+    bind: Optional[str] = None
+    plan: Dict[str, Any] = Field(default_factory=dict)
+    extra_args: List[str] = Field(default_factory=list)
+    env: Dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value):
+        if not NAME_RE.match(value):
+            raise ValueError("must be 1-63 lower-case letters, digits or '-', starting with a letter or digit "
+                             "(it names the unit vllm-<name>.service), got %r" % value)
+        return value
+
+    @field_validator("repo_id")
+    @classmethod
+    def _repo(cls, value):
+        if not _templated(value) and not REPO_RE.match(value):
+            raise ValueError("must be ORG/NAME as on the hub, got %r" % value)
+        return value
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value):
+        if not _templated(value) and not REVISION_RE.match(value):
+            raise ValueError("must be a branch, tag or commit sha, got %r" % value)
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value):
+        if _templated(value):
+            return value
+        try:
+            port = int(value)
+        except (TypeError, ValueError):
+            raise ValueError("must be a TCP port number, got %r" % (value,))
+        if not 1 <= port <= 65535 or str(port) != str(value).strip():
+            raise ValueError("must be a TCP port number 1-65535, got %r" % (value,))
+        return port
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value):
+        if value is None or _templated(value):
+            return value
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError("must be an IP address the server listens on, got %r" % value)
+        return value
+
+    @field_validator("plan")
+    @classmethod
+    def _plan(cls, value):
+        owned = sorted(set(value) & set(PLAN_OWNED_BY_ROLLOUT))
+        if owned:
+            raise ValueError("%s: set these at the top of vllm_model, not under plan" % ", ".join(owned))
+        concrete = {k: v for k, v in value.items() if not _templated(v)}
+        PlanRequest.model_validate(concrete)  # unknown keys and bad values are errors here already
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args(cls, value):
+        for arg in value:
+            if arg.split("=", 1)[0] in ("--api-key", "--hf-token"):
+                raise ValueError("%s would put a secret in the unit's command line; set rollout_api_key / "
+                                 "rollout_hub_token (no_log; the API key goes to a 0600 environment file) instead" % arg)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value):
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError("environment variable name %r is not valid" % key)
+            if key in ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+                raise ValueError("%s is a secret: set it through rollout_api_key / rollout_hub_token (no_log, 0600 "
+                                 "environment file), not in plain env" % key)
+        return value
+
+    @model_validator(mode="after")
+    def _defaults(self):
+        if not self.served_model_name:
+            self.served_model_name = self.name
+        return self
+
+    @property
+    def unit(self):
+        return "vllm-%s.service" % self.name
+
+
+def _messages(exc, root):
+    out = []
+    for err in exc.errors():
+        loc = ".".join([root] + [str(p) for p in err.get("loc", ())])
+        message = str(err.get("msg", "")).replace("Value error, ", "")
+        if err.get("type") == "extra_forbidden":
+            message = "unknown key (a typo?)"
+        elif err.get("type") == "missing":
+            message = "required"
+        out.append("%s: %s" % (loc, message))
+    return out
+
+
+def validate_model(document, root="vllm_model"):
+    """Validate one host's ``vllm_model``; returns the normalised dict or raises PlanInputError
+    listing every problem."""
+    if PYDANTIC_IMPORT_ERROR is not None:
+        raise PlanInputError("desired state: pydantic >= 2 is needed on the controller (%s)" % PYDANTIC_IMPORT_ERROR)
+    if not isinstance(document, dict):
+        raise PlanInputError("%s: expected a mapping with at least name and repo_id, got %s"
+                             % (root, type(document).__name__))
+    try:
+        model = DesiredModel.model_validate(document)
+    except ValidationError as exc:
+        raise PlanInputError("; ".join(_messages(exc, root)))
+    out = model.model_dump()
+    out["unit"] = model.unit
+    return out
+
+
+def validate_inventory(hostvars, variable="vllm_model"):
+    """Validate ``variable`` of every host of an `ansible-inventory --list` dump.
+
+    Returns (valid, problems): valid maps host -> normalised document (hosts without the variable
+    are skipped), problems maps host -> message. Two hosts may share a unit name, but one host
+    cannot serve two documents.
+    """
+    valid, problems = {}, {}
+    for host in sorted(hostvars):
+        if variable not in hostvars[host]:
+            continue
+        try:
+            valid[host] = validate_model(hostvars[host][variable], "%s: %s" % (host, variable))
+        except PlanInputError as exc:
+            problems[host] = str(exc)
+    return valid, problems

@@ -1,0 +1,69 @@
+"""The desired-state document GitOps edits: every problem named, in one message."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils.desired_state import validate_inventory, validate_model
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import PlanInputError
+
+GOOD = {"name": "minimax-m2-5", "repo_id": "MiniMaxAI/MiniMax-M2.5", "revision": "main", "port": 8000}
+
+
+def test_defaults_are_filled_in():
+    doc = validate_model(GOOD)
+    assert doc["served_model_name"] == "minimax-m2-5" and doc["unit"] == "vllm-minimax-m2-5.service"
+    assert doc["plan"] == {} and doc["bind"] is None
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"name": "MiniMax M2"}, "vllm_model.name"),
+    ({"repo_id": "minimax"}, "vllm_model.repo_id"),
+    ({"port": 70000}, "vllm_model.port"),
+    ({"port": "eighty"}, "vllm_model.port"),
+    ({"bind": "localhost:8000"}, "vllm_model.bind"),
+    ({"plan": {"tensor_paralel_size": 4}}, "tensor_paralel_size"),
+    ({"plan": {"tensor_parallel_size": 0}}, "tensor_parallel_size"),
+    ({"plan": {"port": 9}}, "not under plan"),
+    ({"extra_args": ["--api-key=abc"]}, "rollout_api_key"),
+    ({"env": {"HF_TOKEN": "x"}}, "secret"),
+    ({"modle": "x"}, "unknown key"),
+])
+def test_each_problem_is_named(change, needle):
+    with pytest.raises(PlanInputError) as err:
+        validate_model(dict(GOOD, **change))
+    assert needle in str(err.value)
+
+
+def test_all_problems_at_once():
+    with pytest.raises(PlanInputError) as err:
+        validate_model({"name": "Bad Name", "port": 0})
+    message = str(err.value)
+    assert "vllm_model.name" in message and "vllm_model.port" in message and "vllm_model.repo_id: required" in message
+
+
+def test_templated_values_wait_for_ansible():
+    doc = validate_model(dict(GOOD, bind="{{ ansible_default_ipv4.address }}", port="{{ my_port }}"))
+    assert doc["bind"].startswith("{{")
+
+
+def test_inventory_validation_by_host():
+    valid, problems = validate_inventory({"a": {"vllm_model": GOOD}, "b": {"vllm_model": dict(GOOD, port=-1)}, "c": {}})
+    assert list(valid) == ["a"] and list(problems) == ["b"] and "b: vllm_model.port" in problems["b"]
+
+
+def test_cli_validate_the_shipped_inventories(tmp_path):
+    cli = os.path.join(os.path.dirname(sys.executable), "llmops-vllm")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for inventory in ("inventories/sandbox", "inventories/example"):
+        proc = subprocess.run([cli, "validate", "-i", os.path.join(root, inventory), "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["valid"] and not report["problems"]
+    bad = tmp_path / "hosts.yml"
+    bad.write_text("all:\n  hosts:\n    gpu-1:\n      vllm_model: {name: x, repo_id: a/b, port: 99999}\n")
+    proc = subprocess.run([cli, "validate", "-i", str(bad)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "gpu-1: vllm_model.port" in proc.stdout
