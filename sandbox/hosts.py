@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Sandbox host launcher: N real systemd hosts on one machine, with systemd-nspawn.
 
 The dev/CI machines have no systemd as PID 1, no Docker and no internet beyond package registries,

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The sandbox's Hugging Face hub: olah, offline, serving the generated model repos.
 
     sandbox/hub.py start  --models DIR [--host 127.0.0.1] [--port 8090]

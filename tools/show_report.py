@@ -21,23 +21,25 @@ def line(host, report):
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "reports"
-    rows = []
+    rows, benchmarks = [], []
     for host in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         path = os.path.join(root, host, "latest.json")
         if os.path.exists(path):
             with open(path) as handle:
                 report = json.load(handle)
             rows.append(line(host, report))
-            for extra in ("benchmark_markdown",):
-                if report.get(extra) and os.path.exists(report[extra]):
-                    rows.append("")
-                    rows.append(open(report[extra]).read())
+            markdown = (report.get("benchmark") or {}).get("markdown")
+            if markdown and os.path.exists(markdown):
+                benchmarks.append(open(markdown).read())
     if not rows:
         print("no rollout reports under %s" % root)
         return 1
     print("| host | status | retired | serves now | plan | downtime gap s | new model ready s | download s |")
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    for markdown in benchmarks:
+        print()
+        print(markdown)
     return 0
 
 

@@ -8,7 +8,7 @@ a real completion comes back (and a chat completion when the model has a chat te
 request with tools when a tool parser is configured). Each stage is timed. The HTTP client and
 the clock are injected so the stage logic is tested without a server; the module passes urllib.
 
-Target side: Python standard library only.
+Target side: Python standard library and Ansible's own module_utils (open_url) only.
 """
 
 from __future__ import annotations
@@ -17,12 +17,8 @@ import json
 import os
 import time
 
-try:  # Python 3
-    from urllib.error import HTTPError, URLError
-    from urllib.request import Request, urlopen
-except ImportError:  # pragma: no cover
-    HTTPError = URLError = Exception
-    Request = urlopen = None
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.urls import open_url
 
 # A tool any chat template can render; the random sandbox models will not call it, the gate only
 # checks that vLLM accepts a tools request (parser configured, template handles `tools`).
@@ -50,9 +46,9 @@ def http_json(url, payload=None, api_key=None, timeout=30.0):
     headers = {"Content-Type": "application/json"} if data is not None else {}
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
-    request = Request(url, data=data, headers=headers)
     try:
-        response = urlopen(request, timeout=timeout)
+        response = open_url(url, data=data, headers=headers, method="POST" if data is not None else "GET",
+                            timeout=timeout, use_proxy=False)
         status, body = response.status, response.read()
     except HTTPError as exc:
         status, body = exc.code, exc.read()

@@ -35,7 +35,7 @@ options:
   vllm:
     description:
       - Facts of the host's installed vLLM (parsers, architectures, flags, defaults).
-      - When omitted, the recorded facts of the current vLLM release are used and RV(warnings) says so.
+      - When omitted, the recorded facts of the current vLLM release are used and RV(plan_warnings) says so.
     type: dict
   request:
     description:

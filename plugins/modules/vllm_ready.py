@@ -195,7 +195,7 @@ def main():
             unit=dict(type='str'),
             journal_lines=dict(type='int', default=40),
             prompt=dict(type='str', default='Hello'),
-            max_tokens=dict(type='int', default=8),
+            max_tokens=dict(type='int', default=8, no_log=False),
         ),
         supports_check_mode=True,
     )

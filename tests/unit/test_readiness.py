@@ -35,8 +35,12 @@ def loading_until(t, answer):
     return respond
 
 
-COMPLETION = lambda now: (200, {"choices": [{"text": " world"}], "usage": {"completion_tokens": 3}})  # noqa: E731
-CHAT = lambda now: (200, {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "length"}]})  # noqa: E731
+def COMPLETION(now):
+    return 200, {"choices": [{"text": " world"}], "usage": {"completion_tokens": 3}}
+
+
+def CHAT(now):
+    return 200, {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "length"}]}
 
 
 def test_stages_pass_in_order_with_timings():
@@ -80,6 +84,7 @@ def test_health_200_but_completion_500_is_not_ready():
 def test_a_dead_unit_ends_the_wait_at_once():
     clock = Clock()
     http = server({"/health": lambda now: (_ for _ in ()).throw(readiness.NotReady("refused"))}, clock)
+
     def unit_alive():
         if clock.now >= 6:
             raise readiness.ServerGone("unit vllm-x.service restarted")

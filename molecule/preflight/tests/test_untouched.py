@@ -1,5 +1,16 @@
-"""After four bad rollouts: model A serves as before."""
+"""After five bad rollouts: model A serves as before."""
 import json
+import os
+
+PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def test_every_bad_rollout_ran_and_failed():
+    runs = json.load(open(os.path.join(PROJECT, "out", "preflight-runs.json")))
+    assert sorted(case["what"] for case, rc in runs) == sorted([
+        "unknown tool-call parser", "a model that cannot fit", "a port in use", "a missing revision",
+        "an invalid document"])
+    assert all(rc == 2 for case, rc in runs)
 
 
 def test_old_model_untouched(host):

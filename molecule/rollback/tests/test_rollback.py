@@ -15,8 +15,14 @@ def test_old_model_serves_again(host):
 
 
 def test_broken_unit_stopped_and_disabled(host):
-    broken = host.service("vllm-tiny-broken.service")
-    assert not broken.is_running and not broken.is_enabled
+    out = host.check_output("systemctl show -p ActiveState -p UnitFileState vllm-tiny-broken.service")
+    props = dict(line.split("=", 1) for line in out.splitlines())
+    assert props["ActiveState"] in ("inactive", "failed") and props["UnitFileState"] == "disabled"
+
+
+def test_the_run_said_why():
+    log = open(os.path.join(PROJECT, "out", "rollback-run.log")).read()
+    assert "exited while loading" in log and "Rolled back - vllm-tiny-llama.service serves" in log
 
 
 def test_state_file_still_names_the_old_model(host):
@@ -24,9 +30,19 @@ def test_state_file_still_names_the_old_model(host):
     assert state["current"]["unit"] == "vllm-tiny-llama.service"
 
 
-def test_report_explains(host):
-    report = json.load(open(os.path.join(PROJECT, "reports", "llmops-1", "latest.json")))
-    assert report["status"] == "rolled_back"
-    assert "exited while loading" in report["error"]
-    assert report["timings"]["rollback_s"] > 0
-    print("rollback timings:", report["timings"])
+def reports():
+    directory = os.path.join(PROJECT, "reports", "llmops-1")
+    return [json.load(open(os.path.join(directory, name)))
+            for name in sorted(os.listdir(directory)) if name.startswith("rollout-")]
+
+
+def test_reports_explain_both_rollbacks(host):
+    rolled_back = [r for r in reports() if r["status"] == "rolled_back"]
+    broken = [r for r in rolled_back if r["desired"]["name"] == "tiny-broken"][-1]
+    assert "exited while loading" in broken["error"] and broken["timings"]["rollback_s"] > 0
+    slow = [r for r in rolled_back if r["desired"]["name"] == "tiny-qwen3"][-1]
+    assert "benchmark gate" in slow["error"] and slow["benchmark"]["passed"] is False
+    assert slow["benchmark"]["ratio"] > 0 and os.path.exists(slow["benchmark"]["markdown"])
+    with open(os.path.join(PROJECT, "out", "measurements.txt"), "a") as handle:
+        handle.write("rollback after a load failure: %s\n" % json.dumps(broken["timings"]))
+        handle.write("rollback after the benchmark gate: %s; %s\n" % (json.dumps(slow["timings"]), slow["benchmark"]["summary"]))
