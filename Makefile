@@ -58,7 +58,7 @@ unit: setup
 	$(BIN)/pytest tests/unit
 
 lint: setup
-	$(BIN)/ansible-lint
+	$(BIN)/ansible-lint --offline
 
 # ansible-test must run from an ansible_collections/<namespace>/<name> path: test a copy of the tree.
 SANITY_DIR := $(abspath out/sanity/ansible_collections/llmops/vllm)

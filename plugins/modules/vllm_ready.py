@@ -166,7 +166,7 @@ class UnitWatch(object):
             raise ServerGone('unit %s is %s (%s, result %s)' % (
                 self.unit, now.get('ActiveState'), now.get('SubState'), now.get('Result')))
         if state == 'activating' and now.get('SubState') == 'start-post' and now.get('MainPID') == '0':
-            raise ServerGone('the server of %s exited while loading (status %s)' % (self.unit, now.get('ExecMainStatus')))
+            raise ServerGone('unit %s: the server exited while loading (status %s)' % (self.unit, now.get('ExecMainStatus')))
         if int(now.get('NRestarts') or 0) > int(self.first.get('NRestarts') or 0):
             raise ServerGone('unit %s restarted (%s restarts) while loading: the server exited'
                              % (self.unit, now.get('NRestarts')))

@@ -22,7 +22,7 @@ def test_broken_unit_stopped_and_disabled(host):
 
 def test_the_run_said_why():
     log = open(os.path.join(PROJECT, "out", "rollback-run.log")).read()
-    assert "exited while loading" in log and "Rolled back - vllm-tiny-llama.service serves" in log
+    assert "the server exited" in log and "Rolled back - vllm-tiny-llama.service serves" in log
 
 
 def test_state_file_still_names_the_old_model(host):
@@ -39,7 +39,7 @@ def reports():
 def test_reports_explain_both_rollbacks(host):
     rolled_back = [r for r in reports() if r["status"] == "rolled_back"]
     broken = [r for r in rolled_back if r["desired"]["name"] == "tiny-broken"][-1]
-    assert "exited while loading" in broken["error"] and broken["timings"]["rollback_s"] > 0
+    assert "the server exited" in broken["error"] and broken["timings"]["rollback_s"] > 0
     slow = [r for r in rolled_back if r["desired"]["name"] == "tiny-qwen3"][-1]
     assert "benchmark gate" in slow["error"] and slow["benchmark"]["passed"] is False
     assert slow["benchmark"]["ratio"] > 0 and os.path.exists(slow["benchmark"]["markdown"])
