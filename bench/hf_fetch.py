@@ -67,7 +67,7 @@ def log(msg: str) -> None:
 
 def git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                         env={**os.environ, **GIT_ENV})
+                         env={**os.environ, **GIT_ENV}, check=False)
     if out.returncode != 0:
         raise SystemExit(f"git {' '.join(args)} in {repo} failed: {out.stderr.strip()}")
     return out.stdout.strip()
@@ -130,7 +130,7 @@ def hub(command: str, port: int, state: Path, mirrors: Path | None = None) -> No
     argv = [sys.executable, str(HUB_PY), command, "--host", "127.0.0.1", "--port", str(port)]
     if mirrors is not None:
         argv += ["--models", str(mirrors)]
-    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LLMOPS_SANDBOX_DIR": str(state)})
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LLMOPS_SANDBOX_DIR": str(state)}, check=False)
     if out.returncode != 0:
         raise SystemExit(f"hub.py {command} failed: {out.stdout}{out.stderr}")
 
@@ -149,7 +149,7 @@ def run_module(work: Path, endpoint: str, revision: str, models: Path, workers: 
     t0 = time.monotonic()
     out = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                           "-e", f"ansible_python_interpreter={VLLM_PYTHON}", str(playbook)],
-                         capture_output=True, text=True, cwd=str(ROOT), env=env)
+                         capture_output=True, text=True, cwd=str(ROOT), env=env, check=False)
     wall = time.monotonic() - t0
     if out.returncode != 0:
         raise SystemExit(f"ansible-playbook failed:\n{out.stdout[-3000:]}{out.stderr[-2000:]}")
@@ -160,7 +160,7 @@ def run_snapshot(endpoint: str, commit: str, dest: Path, workers: int) -> float:
     out = subprocess.run([str(VLLM_PYTHON), "-c", SNAPSHOT, f"{ORG}/{NAME}", commit, endpoint, str(dest),
                           str(workers)], capture_output=True, text=True,
                          env={**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-                              "HF_HOME": str(dest.parent / "hf-home")})
+                              "HF_HOME": str(dest.parent / "hf-home")}, check=False)
     if out.returncode != 0:
         raise SystemExit(f"snapshot_download failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
@@ -178,7 +178,7 @@ def mb_s(nbytes: float, seconds: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--shards", type=int, default=6, help="LFS shards in the bench repo")
     parser.add_argument("--shard-mib", type=int, default=48, help="size of each shard (MiB)")
     parser.add_argument("--repeat", type=int, default=2, help="rounds (each fetches with both, order alternating)")

@@ -35,7 +35,7 @@ def default_venv() -> Path:
 def timed(function, repeat: int) -> tuple[list[float], object]:
     """Wall-clock seconds of each of ``repeat`` calls, and the last result."""
     times, result = [], None
-    for _ in range(repeat):
+    for _ignored in range(repeat):
         started = time.perf_counter()
         result = function()
         times.append(time.perf_counter() - started)

@@ -99,7 +99,7 @@ def run(argv: list[str], *, what: str, timeout: float | None = 120, check: bool 
     """Run argv, capture its output; on failure raise a LauncherError naming `what` and the output."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL, pass_fds=pass_fds)
+                              stdin=subprocess.DEVNULL, pass_fds=pass_fds, check=False)
     except FileNotFoundError:
         raise LauncherError(f"{what} failed: {argv[0]} not found") from None
     except subprocess.TimeoutExpired:
@@ -383,7 +383,7 @@ def cgroup_roots() -> list[Path]:
     roots = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         pre, post = line.split(" - ", 1)
-        fstype, _, options = post.split()[:3]
+        fstype, _ignored, options = post.split()[:3]
         mountpoint = unescape_mount(pre.split()[4])
         if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options.split(",")):
             roots.append(Path(mountpoint))
@@ -654,7 +654,7 @@ def stop_host(name: str, host: dict | None) -> None:
             time.sleep(0.1)
         if proc_alive(host["nspawn_pid"], host["nspawn_start"]):
             say(f"{name}: no clean halt, killing it")
-    for _ in range(50):  # stray or orphaned processes: nspawn killed, a crashed launcher, ...
+    for _ignored in range(50):  # stray or orphaned processes: nspawn killed, a crashed launcher, ...
         pids = cgroup_pids(name)
         if not pids:
             break
@@ -753,7 +753,7 @@ def foreign_names() -> set[str]:
     """Hosts that run from another state dir (e.g. the integration tests next to a developer's
     sandbox): their netns, veth and cgroup share our namespaces of names but are not ours."""
     ours = f"{state_dir() / 'hosts'}/"
-    return {machine for _, machine, directory in running_nspawns() if not directory.startswith(ours)}
+    return {machine for _ignored, machine, directory in running_nspawns() if not directory.startswith(ours)}
 
 
 def stray_nspawns(keep: set[str]) -> dict[str, int]:
@@ -761,7 +761,7 @@ def stray_nspawns(keep: set[str]) -> dict[str, int]:
     host owns: what a launcher killed between starting nspawn and saving its pid leaves running."""
     ours = f"{state_dir() / 'hosts'}/"
     strays = {}
-    for pid, _, directory in running_nspawns():
+    for pid, _ignored, directory in running_nspawns():
         if directory.startswith(ours) and directory[len(ours):].split("/")[0] not in keep:
             strays[directory[len(ours):].split("/")[0]] = pid
     return strays
@@ -833,7 +833,7 @@ def host_pss_bytes(name: str) -> int:
 
 def parse_bind(spec: str) -> str:
     """SRC:DST for nspawn's --bind-ro; SRC must exist here, DST must be absolute."""
-    src, _, rest = spec.partition(":")
+    src, _ignored, rest = spec.partition(":")
     source = Path(src).resolve()
     if not source.exists():
         raise LauncherError(f"--bind-ro {spec}: {src} does not exist on the controller")
@@ -1020,12 +1020,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     host = load_state()["hosts"].get(args.name)
     if host is None or not proc_alive(host.get("init_pid"), host.get("init_start")):
         raise LauncherError(f"{args.name} is not up (sandbox/hosts.py list shows what is)")
-    return subprocess.run(nsenter_argv(host["init_pid"], *command)).returncode
+    return subprocess.run(nsenter_argv(host["init_pid"], *command), check=False).returncode
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sandbox/hosts.py", description=__doc__.split("\n\n")[0],
+        prog="sandbox/hosts.py", description=__doc__.split("\n\n", maxsplit=1)[0],
         epilog=f"State: $LLMOPS_SANDBOX_DIR (default {REPO_ROOT / '.sandbox'}); rootfs cache: "
                "$LLMOPS_CACHE (default ~/.cache/llmops-vllm).")
     commands = parser.add_subparsers(dest="command_name", required=True)

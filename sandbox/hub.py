@@ -194,7 +194,7 @@ def status(host: str, port: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("command", choices=("start", "stop", "status"))
     parser.add_argument("--host", default="127.0.0.1", help=f"bind address: loopback or {BRIDGE_ADDRESS}")
     parser.add_argument("--port", type=int, default=8090)

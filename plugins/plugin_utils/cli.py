@@ -134,7 +134,7 @@ def inventory_hostvars(path):
     if not os.path.exists(binary):
         binary = "ansible-inventory"
     try:
-        proc = subprocess.run([binary, "-i", path, "--list"], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([binary, "-i", path, "--list"], capture_output=True, text=True, timeout=120, check=False)
     except OSError as exc:
         raise UsageError("cannot run ansible-inventory: %s" % exc)
     if proc.returncode != 0:
@@ -192,7 +192,7 @@ def make_plan(args):
 
 
 def _table(rows, header=("", "")):
-    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ in header)]
+    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ignored in header)]
     for row in rows:
         lines.append("| %s |" % " | ".join(str(cell).replace("|", "\\|") for cell in row))
     return "\n".join(lines)

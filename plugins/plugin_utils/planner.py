@@ -18,7 +18,7 @@ import itertools
 import json
 import math
 import re
-from typing import Any, Dict, List, Literal, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Union
 
 try:
     from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -769,7 +769,7 @@ def _layouts(ctx, available):
             else:
                 ep = bool(model.moe) and tp * dp > 1
             layouts.append((tp * dp, tp, dp, ep))
-    return [(tp, dp, ep) for _, tp, dp, ep in sorted(layouts)]
+    return [(tp, dp, ep) for _ignored, tp, dp, ep in sorted(layouts)]
 
 
 def _plan_gpu(ctx):

@@ -74,7 +74,7 @@ def run_module(tmp_path, module_args, check=False):
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
         "LANG": "C.UTF-8",
     }
-    completed = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     return json.loads(out.read_text())
 

@@ -40,7 +40,7 @@ def nspawn_unavailable() -> str | None:
     if shutil.which("systemd-nspawn") is None and shutil.which("apt-get") is None:
         return "systemd-nspawn is not installed and there is no apt-get to install it"
     probe = subprocess.run(["unshare", "--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "true"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         return f"cannot create namespaces here, so systemd-nspawn cannot run: {probe.stderr.strip()}"
     return None
@@ -49,13 +49,13 @@ def nspawn_unavailable() -> str | None:
 def launcher(state_dir: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, LLMOPS_SANDBOX_DIR=str(state_dir))
     return subprocess.run([sys.executable, str(LAUNCHER), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 def ssh(state_dir: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
     """ssh exactly as users and testinfra do: through the launcher's ssh_config."""
     return subprocess.run(["ssh", "-F", str(state_dir / "ssh_config"), host, command], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -118,14 +118,14 @@ def test_hosts_reach_each_other_and_the_controller_only(sandbox_hosts):
 
 
 def test_dev_shm_is_large_enough_for_vllm(sandbox_hosts):
-    state_dir, _ = sandbox_hosts
+    state_dir, _ignored = sandbox_hosts
     result = ssh(state_dir, NAMES[0], "stat -f -c '%b %S' /dev/shm")
     blocks, block_size = map(int, result.stdout.split())
     assert blocks * block_size >= 256 * 2**20
 
 
 def test_list_shows_both_hosts_on_the_bridge(sandbox_hosts):
-    state_dir, _ = sandbox_hosts
+    state_dir, _ignored = sandbox_hosts
     listing = json.loads(launcher(state_dir, "list", "--json").stdout)
     rows = {row["name"]: row for row in listing["hosts"]}
     assert sorted(rows) == NAMES
@@ -147,13 +147,13 @@ def test_second_up_keeps_the_hosts(sandbox_hosts):
 
 
 def test_ansible_reaches_both_hosts_through_hosts_json(sandbox_hosts):
-    state_dir, _ = sandbox_hosts
+    state_dir, _ignored = sandbox_hosts
     ansible = Path(sys.executable).parent / "ansible"
     if not ansible.exists():
         pytest.skip(f"no ansible next to {sys.executable}")
     inventory = state_dir / "hosts.json"
     result = subprocess.run([str(ansible), "all", "-i", str(inventory), "-m", "ansible.builtin.ping"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("pong") == 2
 
@@ -164,8 +164,8 @@ def test_down_leaves_nothing_of_ours(sandbox_hosts):
     assert all(Path(f"/proc/{h['nspawn_pid']}").exists() for h in hosts.values())
     down = launcher(state_dir, "down", "--name-prefix", PREFIX, timeout=120)
     assert down.returncode == 0, down.stderr
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     for name in hosts:
         assert name not in netns
         assert f"llv-{name}" not in links

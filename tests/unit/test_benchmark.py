@@ -137,9 +137,9 @@ def test_the_run_being_judged_is_never_its_own_baseline(tmp_path):
     before = store(tmp_path, run("minimax-m2-5", MINIMAX, finished="2026-03-01T10:00:00Z"))
     new = run("minimax-m2-5", MINIMAX, finished="2026-03-05T10:00:00Z")
     new_path = store(tmp_path, new)
-    path, _, _ = benchmark.find_last_run(str(tmp_path), HOST, "minimax-m2-5", exclude={"path": new_path})
+    path, _ignored, _ignored = benchmark.find_last_run(str(tmp_path), HOST, "minimax-m2-5", exclude={"path": new_path})
     assert path == before
-    path, _, _ = benchmark.find_last_run(str(tmp_path), HOST, "minimax-m2-5", exclude=new)  # no path: by start time
+    path, _ignored, _ignored = benchmark.find_last_run(str(tmp_path), HOST, "minimax-m2-5", exclude=new)  # no path: by start time
     assert path == before
 
 

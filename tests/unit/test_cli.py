@@ -15,7 +15,7 @@ EXPECTED_GPU_COUNT = {"2x": 2, "4x": 4, "8x": 8}
 
 
 def run(*args):
-    proc = subprocess.run([CLI] + list(args), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([CLI] + list(args), capture_output=True, text=True, timeout=60, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -27,7 +27,7 @@ def run_json(*args):
 
 @pytest.mark.parametrize("name", TOPOLOGY_FILES)
 def test_topology_every_fixture(name):
-    code, data, _ = run_json("topology", "--topo-file", os.path.join(TOPOLOGIES, name))
+    code, data, _ignored = run_json("topology", "--topo-file", os.path.join(TOPOLOGIES, name))
     assert code == 0
     assert len(data["gpus"]) == EXPECTED_GPU_COUNT[name.split("-")[0]]
     assert [g["index"] for g in data["gpus"]] == list(range(len(data["gpus"])))
@@ -37,7 +37,7 @@ def test_topology_every_fixture(name):
 
 @pytest.mark.parametrize("name", CONFIG_NAMES)
 def test_model_every_fixture(tmp_path, name):
-    code, data, _ = run_json("model", "--model", make_model_dir(tmp_path, name))
+    code, data, _ignored = run_json("model", "--model", make_model_dir(tmp_path, name))
     assert code == 0
     for key in ("architecture", "model_type", "attention", "num_layers", "num_attention_heads", "num_kv_heads",
                 "head_dim", "kv_cache_bytes_per_token", "moe", "quantization", "mtp_layers", "remote_code",
@@ -46,9 +46,9 @@ def test_model_every_fixture(tmp_path, name):
 
 
 def test_plan_story_json(tmp_path):
-    code, data, _ = run_json("plan", "--topo-file", RTX_TOPO, "--query-file", RTX_QUERY, "--numactl-file", RTX_NUMACTL,
-                             "--model", make_model_dir(tmp_path, "MiniMaxAI__MiniMax-M2.5.partial"),
-                             "--model-id", "MiniMaxAI/MiniMax-M2.5")
+    code, data, _ignored = run_json("plan", "--topo-file", RTX_TOPO, "--query-file", RTX_QUERY, "--numactl-file", RTX_NUMACTL,
+                                    "--model", make_model_dir(tmp_path, "MiniMaxAI__MiniMax-M2.5.partial"),
+                                    "--model-id", "MiniMaxAI/MiniMax-M2.5")
     assert code == 0
     for key in ("fits", "device", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
                 "enable_expert_parallel", "gpu_indices", "numa_node", "attention", "quantization",
@@ -69,7 +69,7 @@ def test_plan_readable_table(tmp_path):
 
 def test_gpu_memory_gib_overrides_the_query(tmp_path):
     model = make_model_dir(tmp_path, "MiniMaxAI__MiniMax-M2.5.partial")
-    code, data, _ = run_json("plan", "--topo-file", RTX_TOPO, "--model", model, "--gpu-memory-gib", "141")
+    code, data, _ignored = run_json("plan", "--topo-file", RTX_TOPO, "--model", model, "--gpu-memory-gib", "141")
     assert code == 0 and data["gpu_memory_bytes"] == 141 * (1 << 30) and data["tensor_parallel_size"] == 2
 
 

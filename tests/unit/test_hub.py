@@ -119,12 +119,12 @@ def test_verification_problem_names_the_file_and_both_checksums(tmp_path):
     bad = bytearray(good)
     bad[10] ^= 0xFF
     path.write_bytes(bytes(bad))
-    problem, _ = hub.verification_problem(str(path), remote_file("model.safetensors", good, lfs=True))
+    problem, _ignored = hub.verification_problem(str(path), remote_file("model.safetensors", good, lfs=True))
     assert "model.safetensors: sha256 %s" % hashlib.sha256(bytes(bad)).hexdigest() in problem
     assert hashlib.sha256(good).hexdigest() in problem
 
     path.write_bytes(good[:-1])
-    problem, _ = hub.verification_problem(str(path), remote_file("model.safetensors", good, lfs=True))
+    problem, _ignored = hub.verification_problem(str(path), remote_file("model.safetensors", good, lfs=True))
     assert problem == "model.safetensors has %d bytes, the hub lists %d" % (len(good) - 1, len(good))
 
 
@@ -132,7 +132,7 @@ def test_non_lfs_files_are_checked_by_git_blob_sha1(tmp_path):
     good = b'{"a": 1}\n'
     path = tmp_path / "config.json"
     path.write_bytes(b'{"a": 2}\n')
-    problem, _ = hub.verification_problem(str(path), remote_file("config.json", good))
+    problem, _ignored = hub.verification_problem(str(path), remote_file("config.json", good))
     assert problem.startswith("config.json: git blob sha1 ")
     path.write_bytes(good)
     assert hub.verification_problem(str(path), remote_file("config.json", good))[0] is None
@@ -508,7 +508,7 @@ def test_fetch_places_only_verified_files_and_resumes_a_partial(tmp_path):
     assert not os.path.exists(hub.part_path(dest, "model.safetensors"))
     # A second run over the same dest trusts the verified records: nothing downloaded, nothing re-hashed.
     again = FakeHub({"config.json": b"{}", "model.safetensors": weights})
-    fetch2, _ = run_fetch(dest, remote, again)
+    fetch2, _ignored = run_fetch(dest, remote, again)
     assert again.calls == [] and fetch2.progress.doc["downloaded_bytes"] == 0
 
 
@@ -517,7 +517,7 @@ def test_fetch_refetches_a_corrupt_download_once(tmp_path):
     weights = b"w" * 3000
     corrupt = b"w" * 1500 + b"X" + b"w" * 1499
     fake = FakeHub({"model.safetensors": [corrupt, weights]})
-    fetch, _ = run_fetch(dest, [remote_file("model.safetensors", weights, lfs=True)], fake)
+    fetch, _ignored = run_fetch(dest, [remote_file("model.safetensors", weights, lfs=True)], fake)
     assert fake.calls == ["model.safetensors", "model.safetensors"]
     assert fetch.repaired == ["model.safetensors"]
     assert open(os.path.join(dest, "model.safetensors"), "rb").read() == weights
@@ -546,7 +546,7 @@ def test_fetch_hashes_unrecorded_files_before_trusting_them(tmp_path):
     with open(os.path.join(dest, "config.json"), "wb") as handle:
         handle.write(b"{!")  # right size, wrong content, no record
     fake = FakeHub({"config.json": b"{}"})
-    fetch, _ = run_fetch(dest, [remote_file("config.json", b"{}")], fake)
+    fetch, _ignored = run_fetch(dest, [remote_file("config.json", b"{}")], fake)
     assert fake.calls == ["config.json"] and fetch.repaired == ["config.json"]
     assert open(os.path.join(dest, "config.json"), "rb").read() == b"{}"
 

@@ -1,6 +1,5 @@
 """The serving planner on real captures and real configs: the story's answers, and properties that
 must hold for every config x topology x memory size."""
-import copy
 import itertools
 import json
 import re

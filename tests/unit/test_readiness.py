@@ -56,9 +56,9 @@ def test_stages_pass_in_order_with_timings():
     assert passed
     assert result["timings"]["health"] == 20 and result["timings"]["tools"] == 20
     assert result["completion_text"] == " world"
-    tools_payload = [p for path, p, _ in http.calls if path == "/v1/chat/completions" and p and "tools" in p]
+    tools_payload = [p for path, p, _ignored in http.calls if path == "/v1/chat/completions" and p and "tools" in p]
     assert tools_payload and tools_payload[0]["tools"][0]["function"]["name"] == "get_time"
-    assert all(key == "k" for _, _, key in http.calls)
+    assert all(key == "k" for _ignored, _ignored, key in http.calls)
 
 
 def test_models_must_list_the_served_name():
@@ -83,7 +83,7 @@ def test_health_200_but_completion_500_is_not_ready():
 
 def test_a_dead_unit_ends_the_wait_at_once():
     clock = Clock()
-    http = server({"/health": lambda now: (_ for _ in ()).throw(readiness.NotReady("refused"))}, clock)
+    http = server({"/health": lambda now: (_ignored for _ignored in ()).throw(readiness.NotReady("refused"))}, clock)
 
     def unit_alive():
         if clock.now >= 6:

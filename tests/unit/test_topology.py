@@ -842,7 +842,7 @@ def test_no_gpu_at_all():
         (lambda: parse_topo_matrix("   \n\t\n"), r"^topo file: empty"),
         (
             lambda: parse_topo_matrix("hello\nworld 1 2 3\n"),
-            r"^topo file: no GPU header row found; expected " r"`nvidia-smi topo -m` output",
+            r"^topo file: no GPU header row found; expected `nvidia-smi topo -m` output",
         ),
         (lambda: parse_topo_matrix(gpuinfo("query-gpu-csv__2x-h200.txt")), r"no GPU header row found"),
         (lambda: parse_topo_matrix(gpuinfo("topo-p2p-rw__8x-l40s.txt")), r"GPU0/GPU1 is 'OK'.*topo -p2p"),

@@ -4,7 +4,6 @@ import os
 import re
 import urllib.request
 
-import pytest
 
 A, B = "vllm-tiny-llama.service", "vllm-tiny-qwen3.service"
 PORT = 8000
