@@ -102,11 +102,13 @@ def stop_hub(port: int, state: Path) -> None:
 
 
 def playbook_env(home: Path, extra=None) -> dict:
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
     env = {
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "PATH": "%s:/usr/bin:/bin" % Path(sys.executable).parent,
         "HOME": str(home),
         "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+        "TMPDIR": str(home / "tmp"),  # a SIGKILLed module's AnsiballZ payload stays in the test's tmp
         "ANSIBLE_ASYNC_DIR": str(home / "async"),
         "ANSIBLE_NOCOLOR": "1",
         "LANG": "C.UTF-8",
