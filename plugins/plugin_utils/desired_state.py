@@ -27,24 +27,10 @@ import ipaddress
 import re
 from typing import Any, Dict, List, Optional
 
+# pydantic, or the planner's stand-ins when it is missing (the planner then says what to install).
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import (
-    PYDANTIC_IMPORT_ERROR, PlanInputError, PlanRequest)
-
-try:
-    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-except ImportError:  # the planner module already explains what to install
-    BaseModel, ValidationError = object, ValueError
-
-    def ConfigDict(**kwargs):
-        return kwargs
-
-    def Field(default=None, **kwargs):
-        return default
-
-    def field_validator(*args, **kwargs):
-        return lambda function: function
-
-    model_validator = field_validator
+    PYDANTIC_IMPORT_ERROR, BaseModel, ConfigDict, Field, PlanInputError, PlanRequest, ValidationError,
+    field_validator, model_validator)
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")

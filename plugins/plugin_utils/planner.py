@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 try:
     from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+    from pydantic import model_validator  # pylint: disable=unused-import  # for desired_state
     PYDANTIC_IMPORT_ERROR = None
 except ImportError as _exc:  # keep Ansible able to load the plugin; plan() says what to install
     PYDANTIC_IMPORT_ERROR = _exc
@@ -35,6 +36,8 @@ except ImportError as _exc:  # keep Ansible able to load the plugin; plan() says
 
     def field_validator(*args, **kwargs):
         return lambda function: function
+
+    model_validator = field_validator
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.vllm_release import RELEASE_FACTS
 
