@@ -5,7 +5,7 @@
 #   3. each molecule scenario on the sandbox's real systemd hosts (kept up between scenarios)
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints `N passed, N failed`.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_NOCOLOR=1
 JUNIT=out/junit
 rm -rf "$JUNIT" && mkdir -p "$JUNIT"
@@ -40,7 +40,9 @@ run_case static ansible-lint ansible-lint --offline
 run_case static ansible-test-sanity make --no-print-directory sanity
 write_suite static
 
-for scenario in $(ls molecule/*/molecule.yml 2>/dev/null | cut -d/ -f2 | sort); do
+for config in molecule/*/molecule.yml; do
+  [ -e "$config" ] || continue
+  scenario=$(basename "$(dirname "$config")")
   run_case molecule-scenarios "$scenario" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$scenario"
 done
 write_suite molecule-scenarios

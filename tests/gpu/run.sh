@@ -6,7 +6,7 @@
 # Needs: the carried wheel directory .gpu-wheels (tests/gpu/prepare.sh: ansible-core, pydantic and
 # nvidia-ml-py for CPython 3.12; the machine's own python3 may lack pynvml), python3, nvidia-smi.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 : "${OUT:?set OUT to the directory results go to}"
 WORK=$(mktemp -d)
 RAW=$WORK/raw
@@ -21,7 +21,7 @@ nvidia-smi nvlink -s > "$RAW/nvlink-s.txt" 2>&1
 numactl -H > "$RAW/numactl-H.txt" 2>&1 || echo "numactl missing" > "$RAW/numactl-H.txt"
 {
   for d in /sys/bus/pci/devices/*; do
-    r() { cat "$d/$1" 2>/dev/null | tr ' ' '_'; }
+    r() { tr ' ' '_' 2>/dev/null < "$d/$1"; }
     echo "$(basename "$d") class=$(r class) vendor=$(r vendor) device=$(r device) numa=$(r numa_node) lw=$(r current_link_width) ls=$(r current_link_speed) mlw=$(r max_link_width) mls=$(r max_link_speed)"
   done
   for n in /sys/devices/system/node/node*; do echo "$(basename "$n") cpulist=$(cat "$n/cpulist")"; done
