@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from conftest import (CONFIG_NAMES, GPUINFO, RTX_NUMACTL, RTX_QUERY, RTX_TOPO, TOPOLOGIES, H200_QUERY, H200_TOPO,
-                      make_model_dir)
+from replay_data import (CONFIG_NAMES, GPUINFO, RTX_NUMACTL, RTX_QUERY, RTX_TOPO, TOPOLOGIES, H200_QUERY, H200_TOPO,
+                         make_model_dir)
 
 CLI = os.path.join(os.path.dirname(sys.executable), "llmops-vllm")
 TOPOLOGY_FILES = sorted(os.listdir(TOPOLOGIES))

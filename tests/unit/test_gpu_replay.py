@@ -12,7 +12,7 @@ import re
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils import topology
-from conftest import FIXTURES, read
+from replay_data import FIXTURES, read
 
 GPU_RUNS = sorted(os.listdir(os.path.join(FIXTURES, "gpu")))
 H200 = os.path.join(FIXTURES, "gpu", "2x-h200-2026-11-30")

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config
-from conftest import CONFIG_NAMES, make_model_dir
+from replay_data import CONFIG_NAMES, make_model_dir
 
 GIB = 1 << 30
 

