@@ -17,8 +17,11 @@ import zipfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins", "module_utils"))
 import vllm_install  # noqa: E402  (stdlib-only module, imported by path so no setup is needed)
 
+# "flags": every `vllm serve` flag read_flags finds (sorted "--x" strings), so plans made offline can
+# check the flags they emit. BooleanOptionalAction's "--no-x" forms are not in it: read_flags lists
+# only "--x", and a flag gate accepts "--no-x" when "--x" is there.
 KEEP = ("tool_parsers", "reasoning_parsers", "architectures", "quantization_methods",
-        "mtp_model_types", "capabilities", "defaults")
+        "mtp_model_types", "flags", "capabilities", "defaults")
 
 
 def to_python(value, indent=0):
