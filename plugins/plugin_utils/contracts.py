@@ -1,0 +1,567 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The contracts of llmops.vllm, controller side: one pydantic model per module/action result.
+
+The planner's inputs (:class:`HostFacts`, :class:`ModelFacts`, :class:`VllmFacts`,
+:class:`PlanRequest`) and output (:class:`ServingPlan`) live here, with the result models of the
+other modules (:data:`MODULE_CONTRACTS`). tests/unit/test_contracts.py ties every model to its
+module's RETURN documentation, so a key is added in one place and documented in the other.
+
+Also here, because every consumer needs the same answer: :func:`layout_label` (the one spelling of
+a parallel layout) and :func:`requires` (the one gate that checks a ``vllm serve`` flag against the
+installed vLLM).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional, Union
+
+try:
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+    from pydantic import model_validator  # pylint: disable=unused-import  # re-exported for desired_state
+    PYDANTIC_IMPORT_ERROR = None
+except ImportError as _exc:  # keep Ansible able to load the plugin; parse_facts() says what to install
+    PYDANTIC_IMPORT_ERROR = _exc
+    BaseModel, ValidationError = object, ValueError
+
+    def ConfigDict(**kwargs):  # pylint: disable=invalid-name
+        return kwargs
+
+    def Field(default=None, **kwargs):  # pylint: disable=invalid-name,unused-argument
+        return default
+
+    def field_validator(*args, **kwargs):  # pylint: disable=unused-argument
+        return lambda function: function
+
+    model_validator = field_validator
+
+DEFAULT_MIN_SEQUENCES = 4
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
+
+
+class PlanInputError(ValueError):
+    """The facts or the overrides given to the planner are not usable (bad input, exit code 1)."""
+
+
+# --------------------------------------------------------------------------- one spelling
+
+
+def layout_label(device, tensor_parallel_size, data_parallel_size=1, enable_expert_parallel=False):
+    """The one spelling of a layout: ``cpu``, ``TP=4``, ``TP=4+EP``, ``TP=4 x DP=2``, ``TP=4+EP x DP=2``."""
+    if device == "cpu":
+        return "cpu"
+    label = "TP=%d" % int(tensor_parallel_size)
+    if enable_expert_parallel:
+        label += "+EP"
+    if data_parallel_size and int(data_parallel_size) > 1:
+        label += " x DP=%d" % int(data_parallel_size)
+    return label
+
+
+# --------------------------------------------------------------------------- the flag gate
+
+
+def flag_name(arg):
+    """``--x`` of ``--x=value`` (and of ``--x``); None for a value that is not a long option."""
+    if not isinstance(arg, str) or not arg.startswith("--") or len(arg) < 3:
+        return None
+    return arg.split("=", 1)[0]
+
+
+def has_flag(vllm, flag):
+    """True/False when the vLLM facts list their flags, None when they do not (unknown).
+
+    ``--no-x`` counts as present when ``--x`` is (argparse's BooleanOptionalAction adds it).
+    """
+    flags = getattr(vllm, "flags", None)
+    if flags is None:
+        return None
+    name = flag_name(flag) or flag
+    known = set(flags)
+    return name in known or (name.startswith("--no-") and "--" + name[5:] in known)
+
+
+def requires(vllm, flag, what="the plan"):
+    """Refuse ``flag`` when the installed vLLM is known not to have it.
+
+    Returns True when checked, False when the facts list no flags (nothing refused; the planner
+    warns once that flags were not checked). Raises PlanInputError naming the flag and the version.
+    """
+    present = has_flag(vllm, flag)
+    if present is None:
+        return False
+    if not present:
+        raise PlanInputError("%s: vLLM %s (%s) has no flag %s; remove it or upgrade vLLM"
+                             % (what, getattr(vllm, "version", None) or "?", getattr(vllm, "source", None) or "?",
+                                flag_name(flag) or flag))
+    return True
+
+
+def require_argv(vllm, argv, what="the plan"):
+    """:func:`requires` for every long option of an argv list."""
+    for arg in argv:
+        if flag_name(arg):
+            requires(vllm, arg, what)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _validation_message(exc, what):
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ())) or what
+        parts.append("%s: %s" % (loc, err.get("msg")))
+    return "%s: %s" % (what, "; ".join(parts))
+
+
+def require_pydantic():
+    """Raise PlanInputError saying what to install when pydantic is missing."""
+    if PYDANTIC_IMPORT_ERROR is not None:
+        raise PlanInputError("the planner needs pydantic >= 2 on the controller (pip install 'pydantic>=2'): %s"
+                             % PYDANTIC_IMPORT_ERROR)
+
+
+def parse_facts(model_cls, data, what):
+    """Validate a facts document, turning pydantic's errors into one readable PlanInputError."""
+    require_pydantic()
+    if isinstance(data, model_cls):
+        return data
+    if not isinstance(data, dict):
+        raise PlanInputError("%s: expected a JSON object, got %s" % (what, type(data).__name__))
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise PlanInputError(_validation_message(exc, what)) from None
+
+
+# --------------------------------------------------------------------------- planner inputs
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Gpu(_Facts):
+    index: int
+    name: Optional[str] = None
+    uuid: Optional[str] = None
+    bus_id: Optional[str] = None
+    memory_bytes: Optional[int] = None
+    numa_node: Optional[int] = None
+    compute_capability: Optional[str] = None
+
+
+class HostResources(_Facts):
+    memory_bytes: Optional[int] = None
+    cpu_count: Optional[int] = None
+
+
+class HostFacts(_Facts):
+    """The topology keys the planner reads (gpu_topology_info / `llmops-vllm topology`)."""
+    gpus: List[Gpu] = Field(default_factory=list)
+    links: List[List[Optional[str]]] = Field(default_factory=list)
+    interconnect: str = "none"
+    numa_nodes: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None  # the newest CUDA the driver supports (nvidia-smi)
+    host: Optional[HostResources] = None
+
+
+class Moe(_Facts):
+    num_experts: int
+    experts_per_token: Optional[int] = None
+    intermediate_size: Optional[int] = None
+    shared_expert_intermediate_size: Optional[int] = None
+    moe_layers: Optional[int] = None
+
+
+class Quantization(_Facts):
+    method: str
+    format: Optional[str] = None
+    block_size: Optional[int] = None
+    weight_bits: Optional[float] = None
+    group_size: Optional[int] = None
+    kv_cache: Optional[str] = None
+    unquantized_groups: Optional[List[str]] = None
+    source: Optional[str] = None
+
+
+class ModelFacts(_Facts):
+    """The `model` contract (model_info / `llmops-vllm model`)."""
+    architecture: str
+    architectures: Optional[List[str]] = None
+    model_type: Optional[str] = None
+    text_model_type: Optional[str] = None
+    attention: Literal["mla", "gqa", "mqa", "mha"]
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    kv_lora_rank: Optional[int] = None
+    kv_cache_bytes_per_token: int
+    hidden_size: Optional[int] = None
+    vocab_size: Optional[int] = None
+    moe: Optional[Moe] = None
+    quantization: Optional[Quantization] = None
+    dtype: Optional[str] = None
+    mtp_layers: int = 0
+    remote_code: bool = False
+    max_position_embeddings: Optional[int] = None
+    parameters_estimated: Optional[int] = None
+    weights_bytes: int
+    weights_bytes_estimated: bool = False
+    weights_source: Optional[str] = None
+    expert_weights_fraction: float = 0.0
+    path: Optional[str] = None
+
+
+class VllmFacts(_Facts):
+    """What the installed vLLM can do (vllm_info), or the recorded release (vllm_release.py)."""
+    distribution: Optional[str] = None
+    version: Optional[str] = None
+    source: str = "installed"
+    tool_parsers: Optional[List[str]] = None
+    reasoning_parsers: Optional[List[str]] = None
+    architectures: Optional[List[str]] = None
+    quantization_methods: Optional[List[str]] = None
+    mtp_model_types: Optional[List[str]] = None
+    flags: Optional[List[str]] = None  # `vllm serve` flags; None: unknown, nothing is refused
+    capabilities: Dict[str, Optional[bool]] = Field(default_factory=dict)
+    defaults: Dict[str, Any] = Field(default_factory=dict)
+    cuda_version: Optional[str] = None
+
+
+class PlanRequest(BaseModel):
+    """Everything a user may pin; None means "let the planner choose"."""
+    model_config = ConfigDict(extra="forbid")
+
+    model_id: Optional[str] = None
+    model_path: Optional[str] = None
+    served_model_name: Optional[str] = None
+    host: Optional[str] = None
+    port: Optional[int] = Field(default=None, ge=1, le=65535)
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    max_model_len: Optional[int] = Field(default=None, ge=16)
+    tensor_parallel_size: Optional[int] = Field(default=None, ge=1)
+    data_parallel_size: Optional[int] = Field(default=None, ge=1)
+    enable_expert_parallel: Optional[bool] = None
+    gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)
+    kv_cache_dtype: str = "auto"
+    gpus: Optional[List[int]] = None
+    gpu_memory_bytes: Optional[int] = Field(default=None, gt=0)
+    min_sequences: int = Field(default=DEFAULT_MIN_SEQUENCES, ge=1)
+    weights_bytes: Optional[int] = Field(default=None, gt=0)
+    tool_call_parser: Optional[str] = None
+    reasoning_parser: Optional[str] = None
+    speculative_config: Union[Literal["auto", "off"], Dict[str, Any]] = "auto"
+    numa_bind: Literal["auto", "vllm", "numactl", "off"] = "auto"
+    enforce_eager: Optional[bool] = None
+    trust_remote_code: Optional[bool] = None
+    max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
+    max_num_seqs: Optional[int] = Field(default=None, ge=1)
+    cpu_kv_cache_space_gib: Optional[int] = Field(default=None, ge=1)
+    extra_args: List[str] = Field(default_factory=list)
+    env: Dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_dtype(cls, value):
+        if value not in KV_CACHE_DTYPES:
+            raise ValueError("kv_cache_dtype must be auto, bfloat16, float16 or an fp8 variant (fp8, fp8_e4m3, fp8_e5m2)")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value):
+        if value is not None and (not value or len(set(value)) != len(value)):
+            raise ValueError("gpus must be a non-empty list of distinct GPU indices")
+        return value
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+class MemoryPerGpu(BaseModel):
+    gpu_memory_bytes: int
+    cap_bytes: int
+    weights_bytes: int
+    overhead_bytes: int
+    kv_cache_bytes: int
+
+
+class Candidate(BaseModel):
+    """One parallel layout the planner considered, for the reviewer's table."""
+    label: str = ""
+    tensor_parallel_size: int
+    data_parallel_size: int
+    enable_expert_parallel: bool
+    gpu_indices: List[int] = Field(default_factory=list)
+    numa_node: Optional[int] = None
+    valid: bool = True
+    fits: bool = False
+    kv_cache_tokens: int = 0
+    memory: Optional[MemoryPerGpu] = None
+    why_not: Optional[str] = None
+
+
+class ServingPlan(BaseModel):
+    """The plan contract (docs/ARCHITECTURE.md, `llmops-vllm plan --json`)."""
+    fits: bool
+    device: Literal["cuda", "cpu"]
+    layout: Optional[str] = None  # layout_label() of the chosen layout; None when no layout is valid
+    model_id: Optional[str] = None
+    model_path: Optional[str] = None
+    served_model_name: Optional[str] = None
+    host: Optional[str] = None
+    port: Optional[int] = None
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    gpu_indices: List[int] = Field(default_factory=list)
+    numa_node: Optional[int] = None
+    attention: str
+    quantization: Optional[str] = None
+    weights_bytes: int
+    weights_bytes_estimated: bool = False
+    weights_bytes_per_gpu: Optional[int] = None
+    overhead_bytes_per_gpu: Optional[int] = None
+    kv_cache_bytes_per_gpu: Optional[int] = None
+    kv_cache_bytes_per_token: Optional[int] = None
+    kv_cache_tokens: Optional[int] = None
+    kv_cache_target_tokens: Optional[int] = None
+    max_concurrent_sequences: Optional[int] = None
+    max_model_len: int
+    gpu_memory_utilization: Optional[float] = None
+    gpu_memory_bytes: Optional[int] = None
+    kv_cache_dtype: str = "auto"
+    tool_call_parser: Optional[str] = None
+    reasoning_parser: Optional[str] = None
+    speculative_config: Optional[Dict[str, Any]] = None
+    numa_binding: Optional[str] = None
+    exec_prefix: List[str] = Field(default_factory=list)
+    argv: List[str] = Field(default_factory=list)
+    env: Dict[str, str] = Field(default_factory=dict)
+    vllm: Dict[str, Optional[str]] = Field(default_factory=dict)
+    candidates: List[Candidate] = Field(default_factory=list)
+    reasons: List[str] = Field(default_factory=list)
+    warnings: List[str] = Field(default_factory=list)
+    error: Optional[str] = None
+
+
+# --------------------------------------------------------------------------- module results
+
+
+class _Result(BaseModel):
+    """A module's result: extra keys are refused, so the model is the whole contract."""
+    model_config = ConfigDict(extra="forbid")
+
+
+class Pcie(_Result):
+    gen_current: Optional[int] = None
+    gen_max: Optional[int] = None
+    width_current: Optional[int] = None
+    width_max: Optional[int] = None
+    degraded: Optional[bool] = None
+
+
+class GpuInfo(_Result):
+    index: int
+    name: Optional[str] = None
+    uuid: Optional[str] = None
+    bus_id: Optional[str] = None
+    memory_bytes: Optional[int] = None
+    numa_node: Optional[int] = None
+    numa_source: Optional[str] = None
+    cpu_affinity: Optional[str] = None
+    compute_capability: Optional[str] = None
+    pcie: Pcie
+
+
+class NumaNode(_Result):
+    gpus: List[int] = Field(default_factory=list)
+    cpus: Optional[str] = None
+    cpuless: Optional[bool] = None
+    memory_bytes: Optional[int] = None
+
+
+class Nic(_Result):
+    name: str
+    device: Optional[str] = None
+    gpu_links: List[Optional[str]] = Field(default_factory=list)
+
+
+class TopologyResult(_Result):
+    """gpu_topology_info: everything :class:`HostFacts` reads, and the rest of the probe."""
+    gpus: List[GpuInfo]
+    links: List[List[Optional[str]]]
+    interconnect: str
+    numa_nodes: Dict[str, NumaNode]
+    nics: List[Nic]
+    gpu_count: int
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    sources: List[str]
+    topology_warnings: List[str]
+    host: HostResources
+
+
+class VllmCapabilities(_Result):
+    max_model_len_auto: Optional[bool] = None
+    numa_bind: Optional[bool] = None
+    speculative_config: Optional[bool] = None
+    enable_expert_parallel: Optional[bool] = None
+    data_parallel_size: Optional[bool] = None
+    reasoning_parser: Optional[bool] = None
+    tool_call_parser: Optional[bool] = None
+    enable_auto_tool_choice: Optional[bool] = None
+    kv_cache_dtype: Optional[bool] = None
+    device_ids: Optional[bool] = None
+
+
+class VllmDefaults(_Result):
+    gpu_memory_utilization: Optional[float] = None
+
+
+class VllmPlugin(_Result):
+    group: str
+    name: str
+    value: str
+    distribution: Optional[str] = None
+
+
+class VllmIntegrity(_Result):
+    checked: bool
+    files: int
+    modified: List[str]
+    missing: List[str]
+    unexpected: List[str]
+    allowed: List[str]
+    clean: Optional[bool] = None
+    seconds: float
+
+
+class VllmInfoResult(VllmFacts):
+    """vllm_info: :class:`VllmFacts` (what the planner reads) plus where the install is."""
+    model_config = ConfigDict(extra="forbid")
+
+    capabilities: VllmCapabilities = Field(default_factory=VllmCapabilities)
+    defaults: VllmDefaults = Field(default_factory=VllmDefaults)
+    method: str
+    install_path: str
+    interpreter: str
+    python_version: Optional[str] = None
+    venv: str
+    site_packages: str
+    dist_info: str
+    found_by: str
+    torch_version: Optional[str] = None
+    plugins: List[VllmPlugin] = Field(default_factory=list)
+    plugin_parsers: Union[str, Dict[str, List[str]]] = "not seen"
+    sources: Dict[str, Any] = Field(default_factory=dict)
+    timings: Dict[str, float] = Field(default_factory=dict)
+    install_warnings: List[str] = Field(default_factory=list)
+    integrity: VllmIntegrity
+
+
+class ServingPlanResult(ServingPlan):
+    """serving_plan (the action): the plan, and its warnings again as ``plan_warnings`` (Ansible takes
+    a result's ``warnings`` for itself)."""
+    model_config = ConfigDict(extra="forbid")
+
+    plan_warnings: List[str] = Field(default_factory=list)
+
+
+class DesiredStateResult(_Result):
+    """desired_state (the action): the validated document (plugin_utils/desired_state.py defines it)."""
+    model: Dict[str, Any]
+    check_mode: bool = False
+
+
+class HfModelResult(_Result):
+    """hf_model: one pinned, verified version of a hub repository."""
+    path: Optional[str] = None
+    commit: Optional[str] = None
+    repo_id: str
+    revision: str
+    endpoint: str
+    bytes: Optional[int] = None
+    files: List[str] = Field(default_factory=list)
+    fetched: List[str] = Field(default_factory=list)
+    bytes_present: Optional[int] = None
+    bytes_needed: Optional[int] = None
+    free_bytes: Optional[int] = None
+    disk_margin_bytes: Optional[int] = None
+    downloaded_bytes: int = 0
+    seconds: float = 0.0
+    throughput_bytes_per_s: int = 0
+    pruned: List[str] = Field(default_factory=list)
+    protected: Dict[str, List[str]] = Field(default_factory=dict)
+    repaired: List[str] = Field(default_factory=list)
+    restarted: List[str] = Field(default_factory=list)
+    manifest: Optional[str] = None
+    progress_file: Optional[str] = None
+    transfers: Dict[str, int] = Field(default_factory=dict)
+    network: bool = False
+    actions: List[str] = Field(default_factory=list)
+
+
+class VllmReadyResult(_Result):
+    """vllm_ready: the readiness gate's stages, on success and on failure."""
+    stages: List[str]
+    timings: Dict[str, float]
+    seconds: Optional[float] = None
+    models: Optional[List[str]] = None
+    completion_text: Optional[str] = None
+    completion_tokens: Optional[int] = None
+    finish_reason: Optional[str] = None
+    stage: Optional[str] = None
+    timed_out: Optional[bool] = None
+    error: Optional[str] = None
+    journal: Optional[List[str]] = None
+
+
+class BenchmarkRow(_Result):
+    concurrency: int
+    ratio: Optional[float] = None
+    new: Optional[Dict[str, Any]] = None
+    old: Optional[Dict[str, Any]] = None
+
+
+class BenchmarkReportResult(_Result):
+    """benchmark_report (the action): the before/after verdict and where the report was written."""
+    kind: str
+    schema_version: int = Field(alias="schema")
+    host: Optional[str] = None
+    generated: str
+    new_run: Optional[str] = None
+    new_name: Optional[str] = None
+    previous_name: Optional[str] = None
+    previous_run: Optional[str] = None
+    at_concurrency: Optional[int] = None
+    ratio: Optional[float] = None
+    min_ratio: Optional[float] = None
+    passed: bool
+    notes: List[str]
+    skipped_files: List[str]
+    summary: str
+    rows: List[BenchmarkRow]
+    markdown: str
+    png: Optional[str] = None
+    json_path: str = Field(alias="json")
+
+
+# Module (and action) name -> the model of its result. tests/unit/test_contracts.py fails for a
+# module that is missing here.
+MODULE_CONTRACTS = {
+    "gpu_topology_info": TopologyResult,
+    "model_info": ModelFacts,
+    "vllm_info": VllmInfoResult,
+    "serving_plan": ServingPlanResult,
+    "desired_state": DesiredStateResult,
+    "hf_model": HfModelResult,
+    "vllm_ready": VllmReadyResult,
+    "benchmark_report": BenchmarkReportResult,
+}

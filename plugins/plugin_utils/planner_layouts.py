@@ -1,0 +1,156 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Planner layouts: the resolved inputs (:class:`PlanContext`), candidate layouts, GPU sets, links, NUMA."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
+    Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, VllmFacts, has_flag, layout_label)
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, gib_text, kv_bytes_per_token_per_gpu, link_rank,
+    runtime_overhead_bytes)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """The planner's inputs with every default resolved, decided once and never changed."""
+    host: HostFacts
+    model: ModelFacts
+    vllm: VllmFacts
+    request: PlanRequest
+    weights: int
+    max_model_len: int
+    kv_dtype_bytes: int
+    target_tokens: int
+    trust_remote_code: bool = False
+    unsupported: Optional[str] = None
+    tool_call_parser: Optional[str] = None
+    reasoning_parser: Optional[str] = None
+    speculative_config: Optional[Dict[str, Any]] = None
+
+
+def numa_of(host, index):
+    """NUMA node of GPU ``index``, None when unknown."""
+    for gpu in host.gpus:
+        if gpu.index == index:
+            return gpu.numa_node
+    return None
+
+
+def pair_links(host, indices):
+    """The nvidia-smi link word of every pair of ``indices`` (None where unknown)."""
+    order = [g.index for g in host.gpus]
+    links = []
+    if not host.links:
+        return links
+    for a, b in itertools.combinations(indices, 2):
+        try:
+            links.append(host.links[order.index(a)][order.index(b)])
+        except (ValueError, IndexError):
+            links.append(None)
+    return links
+
+
+def choose_gpu_set(host, available, count):
+    """The best `count` GPUs: on one NUMA node when possible, then the best worst-case link, then
+    the best links overall, then the lowest indices."""
+    def score(combo):
+        nodes = {numa_of(host, i) for i in combo}
+        node_count = len(nodes) + (1 if None in nodes and len(nodes) > 1 else 0)
+        ranks = [link_rank(link) for link in pair_links(host, combo)]
+        worst = max(ranks) if ranks else (0, 0)
+        total = (sum(r[0] for r in ranks), sum(r[1] for r in ranks)) if ranks else (0, 0)
+        return (node_count, worst, total, combo)
+    if count >= len(available):
+        return sorted(available)
+    return list(min(itertools.combinations(sorted(available), count), key=score))
+
+
+def describe_links(host, indices):
+    """``links PIX..SYS`` (best..worst) of a GPU set, or "" when unknown."""
+    links = [link for link in pair_links(host, indices) if link]
+    if not links:
+        return ""
+    worst = max(links, key=link_rank)
+    best = min(links, key=link_rank)
+    return "links %s..%s" % (best, worst) if best != worst else "links %s" % best
+
+
+def auto_expert_parallel(ctx, world_size):
+    """Expert parallelism when the planner chooses: MoE on more than one GPU, if vLLM has the flag."""
+    return bool(ctx.model.moe) and world_size > 1 and has_flag(ctx.vllm, "--enable-expert-parallel") is not False
+
+
+def layouts(ctx, available):
+    """Parallel layouts to try, in order of preference: the smallest world size first (least
+    all-reduce traffic, which dominates on PCIe), then the smallest TP."""
+    request = ctx.request
+    n = len(available)
+    tps = [request.tensor_parallel_size] if request.tensor_parallel_size else list(range(1, n + 1))
+    dps = [request.data_parallel_size] if request.data_parallel_size else [1]
+    found = []
+    for tp in tps:
+        for dp in dps:
+            if request.enable_expert_parallel is not None:
+                ep = request.enable_expert_parallel
+            else:
+                ep = auto_expert_parallel(ctx, tp * dp)
+            found.append((tp * dp, tp, dp, ep))
+    return [(tp, dp, ep) for _ignored, tp, dp, ep in sorted(found)]
+
+
+def invalid_candidate(tp, dp, ep, why_not):
+    """A layout ruled out before any memory math."""
+    return Candidate(label=layout_label("cuda", tp, dp, ep), tensor_parallel_size=tp, data_parallel_size=dp,
+                     enable_expert_parallel=ep, valid=False, why_not=why_not)
+
+
+def evaluate(ctx, tp, dp, ep, gpu_indices, util, enforce_eager):
+    """The memory of one layout on one GPU set, and whether the KV target fits."""
+    model, host = ctx.model, ctx.host
+    world = tp * dp
+    expert = int(ctx.weights * model.expert_weights_fraction) if model.moe else 0
+    dense = ctx.weights - expert
+    weights_per_gpu = dense // tp + expert // (world if ep else tp)
+    memories = [g.memory_bytes for g in host.gpus if g.index in gpu_indices]
+    gpu_memory = ctx.request.gpu_memory_bytes or (min(m for m in memories if m) if any(memories) else None)
+    if not gpu_memory:
+        raise PlanInputError("GPU memory size unknown: give a --query-file (nvidia-smi --query-gpu CSV or "
+                             "nvidia-smi -q) or --gpu-memory-gib")
+    cap = int(gpu_memory * util)
+    overhead = runtime_overhead_bytes(
+        model, world, enforce_eager,
+        ctx.request.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        ctx.request.max_num_seqs or DEFAULT_MAX_NUM_SEQS)
+    kv = cap - weights_per_gpu - overhead
+    per_token = kv_bytes_per_token_per_gpu(model, tp, ctx.kv_dtype_bytes)
+    tokens = max(kv, 0) // per_token
+    nodes = {numa_of(host, i) for i in gpu_indices}
+    fits = kv > 0 and tokens >= ctx.target_tokens
+    why_not = None
+    if kv <= 0:
+        why_not = "weights %s + overhead %s exceed the %s cap per GPU" % (
+            gib_text(weights_per_gpu), gib_text(overhead), gib_text(cap))
+    elif not fits:
+        why_not = "KV room for %d tokens, below the target %d" % (tokens, ctx.target_tokens)
+    return Candidate(
+        label=layout_label("cuda", tp, dp, ep), tensor_parallel_size=tp, data_parallel_size=dp,
+        enable_expert_parallel=ep, gpu_indices=list(gpu_indices), numa_node=nodes.pop() if len(nodes) == 1 else None,
+        fits=fits, kv_cache_tokens=int(tokens), why_not=why_not,
+        memory=MemoryPerGpu(gpu_memory_bytes=gpu_memory, cap_bytes=cap, weights_bytes=weights_per_gpu,
+                            overhead_bytes=overhead, kv_cache_bytes=max(kv, 0)))
+
+
+def closest(candidates):
+    """The valid candidate nearest to fitting, or None."""
+    valid = [c for c in candidates if c.valid and c.memory]
+    if not valid:
+        return None
+    # Most KV room first; among layouts with none, the one whose weights come closest to fitting.
+    return max(valid, key=lambda c: (c.kv_cache_tokens,
+                                     c.memory.cap_bytes - c.memory.weights_bytes - c.memory.overhead_bytes))

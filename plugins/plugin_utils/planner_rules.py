@@ -1,0 +1,265 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Planner rules: memory and overhead math, divisibility, hardware support, parsers.
+
+Plain functions over the contract models (plugin_utils/contracts.py); docs/ARCHITECTURE.md
+("Planner rules") says why each rule holds, docs/planner.md documents the memory model.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError, has_flag, requires
+
+GIB = 1 << 30
+DEFAULT_MAX_MODEL_LEN_CAP = 32768
+# vLLM's own default when the installed version is unknown (0.9 before the 0.92 releases).
+FALLBACK_GPU_MEMORY_UTILIZATION = 0.92
+
+# Runtime overhead per GPU (see runtime_overhead_bytes): what vLLM needs besides weights and KV.
+CUDA_CONTEXT_BYTES = 1 * GIB          # CUDA context, cuBLAS/cuDNN workspaces, allocator slack
+COMMUNICATION_BYTES = GIB // 2        # NCCL + custom all-reduce buffers, only when world size > 1
+CUDA_GRAPH_BYTES = GIB // 2           # CUDA graph pools, unless --enforce-eager
+ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 24  # ~12 bf16 hidden-sized tensors alive at the peak
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+DEFAULT_MAX_NUM_SEQS = 256
+LOGIT_BYTES = 4                       # the sampler works on fp32 logits
+
+# CPU-only hosts (vLLM's CPU backend): weights and KV live in host RAM.
+CPU_RUNTIME_BYTES = 2 * GIB           # torch, oneDNN, the API server (measured ~2.4 GiB PSS in total)
+CPU_MEMORY_FRACTION = 0.9             # leave the rest of the host's RAM to the OS
+
+# Links between two GPUs from best to worst, as nvidia-smi names them.
+LINK_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+# Quantization methods and the compute capability they need natively.
+FP8_NATIVE_CC = (8, 9)
+NVFP4_CC_MAJORS = (10, 12)
+CPU_QUANTIZATIONS = (None, "awq", "gptq", "compressed-tensors")
+
+
+def gib_text(n):
+    """Bytes as ``1.5 GiB`` (or MiB below one GiB) for reasons and errors."""
+    if abs(n) < GIB:
+        return "%.1f MiB" % (n / (1 << 20))
+    return "%.1f GiB" % (n / GIB)
+
+
+def compute_capability(value):
+    """(major, minor) of a compute capability string such as "12.0"; None when unknown."""
+    if not value:
+        return None
+    match = re.match(r"^(\d+)\.(\d+)", str(value))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def link_rank(link):
+    """Lower is better: NV# (more links first) < PIX < PXB < PHB < NODE < SYS < unknown."""
+    if link is None:
+        return (len(LINK_ORDER), 0)
+    link = link.strip().upper()
+    if link.startswith("NV") and link[2:].isdigit():
+        return (0, -int(link[2:]))
+    for rank, name in enumerate(LINK_ORDER):
+        if link == name:
+            return (rank, 0)
+    return (len(LINK_ORDER), 0)
+
+
+def kv_bytes_per_token_per_gpu(model, tensor_parallel_size, kv_dtype_bytes):
+    """KV-cache bytes one token costs on each GPU of a tensor-parallel group.
+
+    GQA/MHA KV heads are split over min(TP, kv_heads) ranks (they replicate when TP > kv_heads);
+    MLA's latent KV is replicated on every rank.
+    """
+    whole = model.kv_cache_bytes_per_token * kv_dtype_bytes // 2  # the contract's figure is bf16
+    if model.attention == "mla":
+        return whole
+    split = min(tensor_parallel_size, model.num_kv_heads)
+    return -(-whole // split)
+
+
+def runtime_overhead_bytes(model, world_size, enforce_eager, max_num_batched_tokens, max_num_seqs):
+    """What vLLM needs per GPU besides weights and KV cache (documented in docs/planner.md).
+
+    CUDA context and workspaces (1 GiB), communication buffers when GPUs talk (0.5 GiB), CUDA
+    graph pools unless eager (0.5 GiB), the activation peak of one batch
+    (max_num_batched_tokens x hidden_size x 24 bytes), and the sampler's fp32 logits
+    (max_num_seqs x vocab_size x 4 bytes).
+    """
+    hidden = model.hidden_size or 4096
+    vocab = model.vocab_size or 32000
+    overhead = CUDA_CONTEXT_BYTES
+    if world_size > 1:
+        overhead += COMMUNICATION_BYTES
+    if not enforce_eager:
+        overhead += CUDA_GRAPH_BYTES
+    overhead += max_num_batched_tokens * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN
+    overhead += max_num_seqs * vocab * LOGIT_BYTES
+    return int(overhead)
+
+
+def divisibility_problems(model, tensor_parallel_size, data_parallel_size, expert_parallel):
+    """Why this parallel layout cannot load the model (empty list: it can)."""
+    tp = tensor_parallel_size
+    problems = []
+    if model.num_attention_heads % tp:
+        problems.append("TP=%d does not divide the %d attention heads" % (tp, model.num_attention_heads))
+    if model.attention != "mla":
+        kv = model.num_kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            problems.append("TP=%d and the %d KV heads do not divide each other" % (tp, kv))
+    quant = model.quantization
+    if expert_parallel:
+        if not model.moe:
+            problems.append("expert parallelism needs a mixture-of-experts model")
+        elif model.moe.num_experts % (tp * data_parallel_size):
+            problems.append("%d experts do not spread evenly over %d expert-parallel ranks"
+                            % (model.moe.num_experts, tp * data_parallel_size))
+    if quant and quant.block_size and model.moe and model.moe.intermediate_size and not expert_parallel:
+        per_gpu = model.moe.intermediate_size / tp
+        if per_gpu != int(per_gpu) or int(per_gpu) % quant.block_size:
+            problems.append(
+                "TP=%d splits each expert's %d-wide intermediate into %s per GPU, not a multiple of the "
+                "%s block size %d (expert parallelism keeps experts whole)"
+                % (tp, model.moe.intermediate_size, ("%g" % per_gpu), quant.method.upper(), quant.block_size))
+    return problems
+
+
+def hardware_problems(model, gpus, vllm, host):
+    """(errors, warnings) about running this checkpoint on these GPUs with this vLLM."""
+    errors, warnings = [], []
+    quant = model.quantization.method if model.quantization else None
+    capabilities = [(g, compute_capability(g.compute_capability)) for g in gpus]
+    unknown = [g.index for g, cc in capabilities if cc is None]
+    if unknown and quant in ("fp8", "nvfp4", "mxfp4"):
+        warnings.append("compute capability of GPU(s) %s unknown: cannot check %s support" % (unknown, quant.upper()))
+    for gpu, cc in capabilities:
+        if cc is None:
+            continue
+        label = "GPU %d (%s, compute capability %d.%d)" % (gpu.index, gpu.name or "?", cc[0], cc[1])
+        if quant == "nvfp4" and cc[0] not in NVFP4_CC_MAJORS:
+            errors.append("NVFP4 weights need Blackwell GPUs (compute capability 10.x or 12.x); %s cannot run them. "
+                          "Use an FP8 or BF16 checkpoint of this model on this host" % label)
+            break
+        if quant == "fp8" and cc < FP8_NATIVE_CC:
+            if cc < (8, 0):
+                errors.append("FP8 weights need compute capability 8.0 or newer; %s is older" % label)
+                break
+            warnings.append("%s has no native FP8: vLLM falls back to slower weight-only FP8 (Marlin) kernels" % label)
+            break
+    if vllm.quantization_methods and quant and quant not in ("nvfp4",):
+        known = set(vllm.quantization_methods)
+        if quant not in known and quant.replace("-", "_") not in known:
+            errors.append("vLLM %s does not list quantization method %r" % (vllm.version or "?", quant))
+    driver_cuda, build_cuda = compute_capability(host.cuda_version), compute_capability(vllm.cuda_version)
+    if driver_cuda and build_cuda:
+        if driver_cuda[0] < build_cuda[0]:
+            errors.append("the NVIDIA driver supports CUDA %s but vLLM %s is built for CUDA %s: upgrade the driver "
+                          "or install a vLLM build for CUDA %d" % (host.cuda_version, vllm.version,
+                                                                   vllm.cuda_version, driver_cuda[0]))
+        elif driver_cuda < build_cuda:
+            warnings.append("the NVIDIA driver supports CUDA %s, older than vLLM's CUDA %s: minor-version "
+                            "compatibility applies; a newer driver is safer" % (host.cuda_version, vllm.cuda_version))
+    return errors, warnings
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+# (architecture or model_type, model id pattern or None, tool-call parser, reasoning parser); the
+# first matching row wins. Model ids decide between generations that share an architecture.
+PARSER_RULES = (
+    ("MiniMaxM2ForCausalLM", None, "minimax_m2", "minimax_m2_append_think"),
+    ("KimiK25ForConditionalGeneration", None, "kimi_k2", "kimi_k2"),
+    ("kimi_k2", r"(?i)instruct", "kimi_k2", None),
+    ("kimi_k2", None, "kimi_k2", "kimi_k2"),
+    ("DeepseekV3ForCausalLM", r"(?i)kimi-k2.*instruct", "kimi_k2", None),
+    ("DeepseekV3ForCausalLM", r"(?i)kimi-k2", "kimi_k2", "kimi_k2"),
+    ("DeepseekV3ForCausalLM", r"(?i)r1", "deepseek_v3", "deepseek_r1"),
+    ("DeepseekV3ForCausalLM", r"(?i)v3\.1", "deepseek_v31", "deepseek_v3"),
+    ("DeepseekV3ForCausalLM", None, "deepseek_v3", None),
+    ("DeepseekV32ForCausalLM", None, "deepseek_v32", "deepseek_v3"),
+    ("Qwen3MoeForCausalLM", r"(?i)coder", "qwen3_coder", None),
+    ("Qwen3ForCausalLM", r"(?i)coder", "qwen3_coder", None),
+    ("Qwen3MoeForCausalLM", r"(?i)instruct-2507", "hermes", None),
+    ("Qwen3ForCausalLM", r"(?i)instruct-2507", "hermes", None),
+    ("Qwen3MoeForCausalLM", None, "hermes", "qwen3"),
+    ("Qwen3ForCausalLM", None, "hermes", "qwen3"),
+    ("Qwen2ForCausalLM", r"(?i)qwq", "hermes", "deepseek_r1"),
+    ("Qwen2ForCausalLM", None, "hermes", None),
+    ("Qwen2MoeForCausalLM", None, "hermes", None),
+    ("LlamaForCausalLM", r"(?i)llama-?3", "llama3_json", None),
+    ("Llama4ForConditionalGeneration", None, "llama4_pythonic", None),
+    ("MistralForCausalLM", None, "mistral", None),
+    ("Mistral3ForConditionalGeneration", r"(?i)magistral", "mistral", "mistral"),
+    ("Mistral3ForConditionalGeneration", None, "mistral", None),
+    ("Glm4MoeForCausalLM", r"(?i)glm-?4\.7", "glm47", "glm47"),
+    ("Glm4MoeForCausalLM", None, "glm45", "glm45"),
+    ("GptOssForCausalLM", None, "openai", "openai_gptoss"),
+)
+
+
+def emittable_parsers():
+    """Every (tool, reasoning) parser name the planner can choose on its own."""
+    tools = {row[2] for row in PARSER_RULES if row[2]}
+    reasoning = {row[3] for row in PARSER_RULES if row[3]}
+    return tools, reasoning
+
+
+def default_parsers(model, model_id):
+    """(tool_call_parser, reasoning_parser, rule) for a model, before checking the install."""
+    keys = (model.architecture, model.text_model_type, model.model_type)
+    for arch, pattern, tool, reasoning in PARSER_RULES:
+        if arch in keys and (pattern is None or (model_id and re.search(pattern, model_id))):
+            rule = arch + (" + id ~ /%s/" % pattern if pattern else "")
+            return tool, reasoning, rule
+    return None, None, None
+
+
+
+# The flags each parser kind needs in argv.
+PARSER_FLAGS = {"tool": ("--enable-auto-tool-choice", "--tool-call-parser"), "reasoning": ("--reasoning-parser",)}
+
+
+def choose_parser(kind, requested, automatic, vllm, reasons, warnings):
+    """The parser of ``kind`` ("tool" or "reasoning") to serve with, or None; explained in reasons.
+
+    A pinned parser the installed vLLM lacks (name or flag) is refused; an automatic one is dropped
+    with a warning.
+    """
+    label = "tool-call parser" if kind == "tool" else "reasoning parser"
+    option = "tool_call_parser" if kind == "tool" else "reasoning_parser"
+    installed = vllm.tool_parsers if kind == "tool" else vllm.reasoning_parsers
+    if requested is not None:
+        if requested.lower() in ("none", "off", ""):
+            reasons.append("%s: disabled by override" % label)
+            return None
+        if installed is not None and requested not in installed:
+            raise PlanInputError("%s %r is not one of vLLM %s's: %s" % (
+                label, requested, vllm.version or "?", ", ".join(sorted(installed))))
+        for flag in PARSER_FLAGS[kind]:
+            requires(vllm, flag, option)
+        reasons.append("%s: %s (override)" % (label, requested))
+        return requested
+    if automatic is None:
+        return None
+    if installed is not None and automatic not in installed:
+        warnings.append("%s %s suits this model but vLLM %s does not have it: not enabled"
+                        % (label, automatic, vllm.version or "?"))
+        return None
+    missing = [flag for flag in PARSER_FLAGS[kind] if has_flag(vllm, flag) is False]
+    if missing:
+        warnings.append("%s %s suits this model but vLLM %s has no %s flag: not enabled"
+                        % (label, automatic, vllm.version or "?", " / ".join(missing)))
+        return None
+    return automatic
+
+
+def vllm_supports(vllm, flag, capability):
+    """Whether the installed vLLM has ``flag``: every source that knows (its flags, the capability
+    vllm_info derived) must say yes; False when none knows."""
+    known = [value for value in (has_flag(vllm, flag), vllm.capabilities.get(capability)) if value is not None]
+    return bool(known) and all(known)
