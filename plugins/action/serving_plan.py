@@ -9,6 +9,7 @@ __metaclass__ = type
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError, ServingPlanResult
 
 ARGUMENT_SPEC = dict(
     topology=dict(type='dict', required=True),
@@ -31,12 +32,12 @@ class ActionModule(ActionBase):
         request = {k: v for k, v in (args['request'] or {}).items() if v is not None}
         try:
             plan = planner.plan(args['topology'], args['model'], args['vllm'], request)
-        except planner.PlanInputError as exc:
+        except PlanInputError as exc:
             result.update(failed=True, changed=False, msg="serving plan: %s" % exc)
             return result
-        result.update(plan.model_dump())
-        # Ansible consumes a result's `warnings` (it shows them); keep the plan's own list as data too.
-        result['plan_warnings'] = list(plan.warnings)
+        # The result is the contract (contracts.ServingPlanResult): the plan, and its warnings again as
+        # plan_warnings, because Ansible consumes a result's `warnings` (it shows them).
+        result.update(ServingPlanResult(plan_warnings=list(plan.warnings), **plan.model_dump()).model_dump())
         result['changed'] = False
         if not plan.fits and args['fail_on_no_fit']:
             result['failed'] = True

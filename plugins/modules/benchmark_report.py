@@ -207,4 +207,34 @@ skipped_files:
   returned: always
   type: list
   elements: str
+kind:
+  description: C(llmops.vllm.benchmark_report), the kind of the JSON document.
+  returned: always
+  type: str
+  sample: llmops.vllm.benchmark_report
+schema:
+  description: Version of the report's JSON schema.
+  returned: always
+  type: int
+  sample: 1
+host:
+  description: The host the runs belong to (O(host), default the inventory hostname).
+  returned: always
+  type: str
+  sample: gpu-1
+generated:
+  description: When the report was written (UTC, ISO 8601).
+  returned: always
+  type: str
+  sample: "2026-03-01T10:19:00+00:00"
+new_name:
+  description: Name of the model of the new run.
+  returned: always
+  type: str
+  sample: minimax-m2-5
+previous_name:
+  description: The O(previous) model name, or null.
+  returned: always
+  type: str
+  sample: kimi-k2-5
 '''

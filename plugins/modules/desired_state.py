@@ -62,4 +62,9 @@ model:
   sample: {"name": "minimax-m2-5", "repo_id": "MiniMaxAI/MiniMax-M2.5", "revision": "main",
            "served_model_name": "minimax-m2-5", "port": 8000, "bind": null, "plan": {}, "extra_args": [],
            "env": {}, "unit": "vllm-minimax-m2-5.service"}
+check_mode:
+  description: The effective check mode of the task (C(--check), or a play with C(check_mode)), for the roles to read.
+  returned: always
+  type: bool
+  sample: false
 '''

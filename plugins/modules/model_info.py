@@ -61,8 +61,19 @@ architecture:
   returned: success
   type: str
   sample: MiniMaxM2ForCausalLM
+architectures:
+  description: C(architectures) of the config, all of them.
+  returned: success
+  type: list
+  elements: str
+  sample: [MiniMaxM2ForCausalLM]
 model_type:
   description: C(model_type) of the top-level config.
+  returned: success
+  type: str
+  sample: minimax_m2
+text_model_type:
+  description: C(model_type) of the text model (the C(text_config) of a multimodal wrapper, else the same as RV(model_type)).
   returned: success
   type: str
   sample: minimax_m2
@@ -92,11 +103,26 @@ head_dim:
   returned: success
   type: int
   sample: 128
+kv_lora_rank:
+  description: MLA latent rank (C(kv_lora_rank)); null for other attention kinds.
+  returned: success
+  type: int
+  sample: 512
 kv_cache_bytes_per_token:
   description: KV-cache bytes per token for the whole model in bf16, without any tensor-parallel split.
   returned: success
   type: int
   sample: 253952
+hidden_size:
+  description: Hidden size (used for the activation estimate); null when the config has none.
+  returned: success
+  type: int
+  sample: 3072
+vocab_size:
+  description: Vocabulary size (used for the logits estimate); null when the config has none.
+  returned: success
+  type: int
+  sample: 200064
 moe:
   description: Mixture-of-experts shape, or null for a dense model.
   returned: success
@@ -114,6 +140,14 @@ moe:
       description: Intermediate size of one expert.
       type: int
       sample: 1536
+    shared_expert_intermediate_size:
+      description: Intermediate size of the shared expert(s), 0 when there is none.
+      type: int
+      sample: 0
+    moe_layers:
+      description: Layers with experts (the rest are dense).
+      type: int
+      sample: 62
 quantization:
   description: Quantization of the checkpoint, or null when it is not quantized.
   returned: success
@@ -131,6 +165,32 @@ quantization:
       description: First dimension of the weight block, when block-quantized.
       type: int
       sample: 128
+    weight_bits:
+      description: Bits per quantized weight; null when the config does not say.
+      type: int
+      sample: 8
+    group_size:
+      description: Quantization group size; null when not group-quantized.
+      type: int
+      sample: 16
+    kv_cache:
+      description: C(fp8) when the checkpoint carries FP8 KV-cache scales, else null.
+      type: str
+      sample: fp8
+    unquantized_groups:
+      description: Weight groups the quantization config keeps in 16 bits (C(attention), C(experts), ...).
+      type: list
+      elements: str
+      sample: [attention]
+    source:
+      description: The file the quantization was read from (C(config.json) or C(hf_quant_config.json)).
+      type: str
+      sample: config.json
+dtype:
+  description: C(torch_dtype) of the config (the unquantized parts), C(bfloat16) when absent.
+  returned: success
+  type: str
+  sample: bfloat16
 mtp_layers:
   description: Multi-token-prediction layers the config states (C(num_nextn_predict_layers) or C(num_mtp_modules)).
   returned: success
@@ -146,6 +206,11 @@ max_position_embeddings:
   returned: success
   type: int
   sample: 196608
+parameters_estimated:
+  description: Parameter count estimated from the config.
+  returned: success
+  type: int
+  sample: 228700000000
 weights_bytes:
   description: Size of the weights in bytes.
   returned: success
@@ -156,6 +221,21 @@ weights_bytes_estimated:
   returned: success
   type: bool
   sample: false
+weights_source:
+  description: Where RV(weights_bytes) came from - C(index) (safetensors index), C(files) (file sizes) or C(estimate).
+  returned: success
+  type: str
+  sample: index
+expert_weights_fraction:
+  description: Share of the weights in routed experts (estimated from the config); expert parallelism spreads that share.
+  returned: success
+  type: float
+  sample: 0.96
+path:
+  description: The path that was read (O(path)).
+  returned: success
+  type: str
+  sample: /srv/models/MiniMaxAI/MiniMax-M2.5/main
 '''
 
 from ansible.module_utils.basic import AnsibleModule

@@ -109,6 +109,39 @@ device:
   returned: always
   type: str
   sample: cuda
+layout:
+  description:
+    - The chosen layout in its one spelling (C(cpu), C(TP=4), C(TP=4+EP), C(TP=4 x DP=2), C(TP=4+EP x DP=2));
+      roles and reports print this instead of formatting one.
+    - Null when no parallel layout is valid for the model on this host.
+  returned: always
+  type: str
+  sample: TP=4+EP
+model_id:
+  description: The hub id of the model (O(request.model_id)), or null.
+  returned: always
+  type: str
+  sample: MiniMaxAI/MiniMax-M2.5
+model_path:
+  description: The path vLLM loads from (O(request.model_path), else the path model_info read), or null.
+  returned: always
+  type: str
+  sample: /var/lib/llmops-vllm/models/MiniMaxAI/MiniMax-M2.5/5bd8b0e1c0fd0b8b4ab8f52d6e1c2a9e4e2b6c1d
+served_model_name:
+  description: The name the API serves the model under (O(request.served_model_name)), or null.
+  returned: always
+  type: str
+  sample: minimax-m2-5
+host:
+  description: The address the server binds (O(request.host), also in RV(argv) as C(--host)); null when not given.
+  returned: always
+  type: str
+  sample: 10.0.0.5
+port:
+  description: The port the server listens on (O(request.port), also in RV(argv) as C(--port)); null when not given.
+  returned: always
+  type: int
+  sample: 8000
 tensor_parallel_size:
   description: Tensor-parallel size.
   returned: always
@@ -140,16 +173,81 @@ numa_node:
   returned: always
   type: int
   sample: 0
+attention:
+  description: Attention kind of the model (C(mla), C(gqa), C(mqa), C(mha)).
+  returned: always
+  type: str
+  sample: gqa
+quantization:
+  description: Quantization method of the checkpoint, or null.
+  returned: always
+  type: str
+  sample: fp8
+weights_bytes:
+  description: Size of the weights the plan counts (O(request.weights_bytes), else the model's).
+  returned: always
+  type: int
+  sample: 230100000000
+weights_bytes_estimated:
+  description: True when RV(weights_bytes) is estimated from the config.
+  returned: always
+  type: bool
+  sample: false
+weights_bytes_per_gpu:
+  description: Weight bytes on each GPU; null on C(cpu).
+  returned: always
+  type: int
+  sample: 57525000000
+overhead_bytes_per_gpu:
+  description: Runtime overhead per GPU (CUDA context, communication, CUDA graphs, activations, logits); null on C(cpu).
+  returned: always
+  type: int
+  sample: 3221225472
+kv_cache_bytes_per_gpu:
+  description: Bytes left for the KV cache on each GPU; null on C(cpu).
+  returned: always
+  type: int
+  sample: 32212254720
+kv_cache_bytes_per_token:
+  description: KV-cache bytes one token costs on each GPU (after the tensor-parallel split).
+  returned: always
+  type: int
+  sample: 63488
 kv_cache_tokens:
   description: KV-cache capacity in tokens per replica.
   returned: always
   type: int
   sample: 535259
+kv_cache_target_tokens:
+  description: The KV target (O(request.min_sequences) x RV(max_model_len)).
+  returned: always
+  type: int
+  sample: 131072
+max_concurrent_sequences:
+  description: Sequences of RV(max_model_len) that fit in the KV cache.
+  returned: always
+  type: int
+  sample: 16
 max_model_len:
   description: Context length the plan serves.
   returned: always
   type: int
   sample: 32768
+gpu_memory_utilization:
+  description: The fraction of GPU memory vLLM may use; null on C(cpu).
+  returned: always
+  type: float
+  sample: 0.92
+gpu_memory_bytes:
+  description: Memory of the smallest planned GPU (or O(request.gpu_memory_bytes)); null on C(cpu).
+  returned: always
+  type: int
+  sample: 102641958912
+kv_cache_dtype:
+  description: C(--kv-cache-dtype) (C(auto) unless pinned).
+  returned: always
+  type: str
+  sample: auto
 tool_call_parser:
   description: Tool-call parser, or null.
   returned: always
@@ -160,23 +258,106 @@ reasoning_parser:
   returned: always
   type: str
   sample: minimax_m2_append_think
-argv:
-  description: Everything after the C(vllm) executable.
+speculative_config:
+  description: The C(--speculative-config) document (MTP drafting), or null.
   returned: always
-  type: list
-  elements: str
-  sample: ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--enable-expert-parallel"]
+  type: dict
+  sample: {"method": "mtp", "num_speculative_tokens": 1}
+numa_binding:
+  description: C(vllm) (C(--numa-bind)), C(numactl) (RV(exec_prefix)) or null (none).
+  returned: always
+  type: str
+  sample: vllm
 exec_prefix:
   description: Command to put before C(vllm) (C(numactl ...) when vLLM has no NUMA binding flag of its own).
   returned: always
   type: list
   elements: str
   sample: []
+argv:
+  description:
+    - Everything after the C(vllm) executable; every flag in it (O(request.extra_args) included) exists in the
+      installed vLLM when its facts list flags.
+  returned: always
+  type: list
+  elements: str
+  sample: ["serve", "MiniMaxAI/MiniMax-M2.5", "--tensor-parallel-size", "4", "--enable-expert-parallel"]
 env:
   description: Environment for the server (GPU pinning, CPU KV space).
   returned: always
   type: dict
   sample: {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+vllm:
+  description: The vLLM the plan was made for - C(distribution), C(version), C(source) (C(installed) or C(recorded)).
+  returned: always
+  type: dict
+  sample: {"distribution": "vllm", "version": "0.33.0", "source": "installed"}
+candidates:
+  description: Every parallel layout the planner considered, for the reviewer's table.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    label:
+      description: The layout in its one spelling, as RV(layout).
+      type: str
+      sample: TP=4+EP
+    tensor_parallel_size:
+      description: Tensor-parallel size.
+      type: int
+      sample: 4
+    data_parallel_size:
+      description: Data-parallel size.
+      type: int
+      sample: 1
+    enable_expert_parallel:
+      description: Expert parallelism.
+      type: bool
+      sample: true
+    gpu_indices:
+      description: The GPU set it was evaluated on (empty when invalid).
+      type: list
+      elements: int
+      sample: [0, 1, 2, 3]
+    numa_node:
+      description: NUMA node of the set, or null.
+      type: int
+      sample: 0
+    valid:
+      description: False when the model's shape or the GPU count rules the layout out.
+      type: bool
+      sample: true
+    fits:
+      description: Whether the KV target fits.
+      type: bool
+      sample: true
+    kv_cache_tokens:
+      description: KV capacity in tokens per replica.
+      type: int
+      sample: 535259
+    memory:
+      description: Memory per GPU; null when invalid.
+      type: dict
+      contains:
+        gpu_memory_bytes:
+          description: GPU memory.
+          type: int
+        cap_bytes:
+          description: RV(gpu_memory_utilization) x GPU memory.
+          type: int
+        weights_bytes:
+          description: Weights per GPU.
+          type: int
+        overhead_bytes:
+          description: Runtime overhead per GPU.
+          type: int
+        kv_cache_bytes:
+          description: What is left for the KV cache.
+          type: int
+    why_not:
+      description: Why it was not chosen (invalid, or does not fit), or null.
+      type: str
+      sample: TP=8 splits each expert's 1536-wide intermediate into 192 per GPU, not a multiple of the FP8 block size 128
 reasons:
   description: One line per decision.
   returned: always

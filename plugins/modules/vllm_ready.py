@@ -133,6 +133,27 @@ journal:
   returned: failure and O(unit) given
   type: list
   elements: str
+models:
+  description: Model names C(/v1/models) listed (from the C(models) stage).
+  returned: when the models stage ran
+  type: list
+  elements: str
+  sample: [minimax-m2-5]
+completion_tokens:
+  description: Tokens the probe completion generated.
+  returned: when the completion stage passed
+  type: int
+  sample: 8
+finish_reason:
+  description: Finish reason of the probe chat (C(tool_calls) when the tools stage made a call).
+  returned: when the chat or tools stage passed
+  type: str
+  sample: stop
+timed_out:
+  description: True when the stage did not pass before O(timeout).
+  returned: failure by timeout
+  type: bool
+  sample: true
 '''
 
 from ansible.module_utils.basic import AnsibleModule

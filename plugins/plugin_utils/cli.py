@@ -263,12 +263,7 @@ def render_plan(plan, host):
     verdict = "yes" if plan["fits"] else "**no**"
     rows = [("fits", verdict), ("device", plan["device"])]
     if plan["device"] == "cuda":
-        layout = "TP=%d" % plan["tensor_parallel_size"]
-        if plan["data_parallel_size"] > 1:
-            layout += " x DP=%d" % plan["data_parallel_size"]
-        if plan["enable_expert_parallel"]:
-            layout += " + EP"
-        rows += [("layout", layout),
+        rows += [("layout", plan["layout"] or "none valid"),
                  ("GPUs", "%s (NUMA node %s)" % (",".join(str(i) for i in plan["gpu_indices"]),
                                                  plan["numa_node"] if plan["numa_node"] is not None else "-")),
                  ("weights per GPU", "%.1f GiB" % ((plan["weights_bytes_per_gpu"] or 0) / GIB)),
@@ -295,9 +290,7 @@ def render_plan(plan, host):
     cands = [c for c in plan.get("candidates") or [] if c["valid"]]
     if plan["device"] == "cuda" and cands:
         out += ["", "Layouts considered:", "", _table(
-            [("TP=%d%s%s" % (c["tensor_parallel_size"], " DP=%d" % c["data_parallel_size"] if c["data_parallel_size"] > 1 else "",
-                             "+EP" if c["enable_expert_parallel"] else ""),
-              ",".join(str(i) for i in c["gpu_indices"]), "yes" if c["fits"] else "no", c["kv_cache_tokens"],
+            [(c["label"], ",".join(str(i) for i in c["gpu_indices"]), "yes" if c["fits"] else "no", c["kv_cache_tokens"],
               c["why_not"] or "") for c in cands], ("layout", "GPUs", "fits", "KV tokens", "why not"))]
     if plan["argv"]:
         env = " ".join("%s=%s" % (k, _shell_quote(v)) for k, v in sorted(plan["env"].items()))

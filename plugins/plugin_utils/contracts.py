@@ -181,7 +181,7 @@ class Quantization(_Facts):
     method: str
     format: Optional[str] = None
     block_size: Optional[int] = None
-    weight_bits: Optional[float] = None
+    weight_bits: Optional[int] = None
     group_size: Optional[int] = None
     kv_cache: Optional[str] = None
     unquantized_groups: Optional[List[str]] = None
