@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmops.vllm contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of module_utils/topology.py against the real captures in tests/fixtures (no Ansible)."""
+"""Unit tests of module_utils/topology.py and its per-source parsers (topology_*.py) against the
+real captures in tests/fixtures (no Ansible)."""
 
 import json
 import os
@@ -15,20 +16,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.llmops.vllm.plugins.module_utils import topology
-from ansible_collections.llmops.vllm.plugins.module_utils.topology import (
+from ansible_collections.llmops.vllm.plugins.module_utils.topology import build_topology, probe, read_host
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
+    ANSI_RE,
     TopologyError,
-    build_topology,
     cpulist,
     infer_compute_capability,
-    nvml_snapshot,
     parse_cpulist,
-    parse_numactl,
-    parse_query_csv,
-    parse_topo_matrix,
-    probe,
-    read_host,
-    read_sysfs,
 )
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_numactl import parse_numactl
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_nvml import nvml_snapshot
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_smi_query import QUERY_FIELDS, parse_query_csv
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_smi_topo import parse_topo_matrix
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_sysfs import read_sysfs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TOPOLOGY = FIXTURES / "topology"
@@ -277,7 +277,7 @@ def test_topology_survives_respacing_and_ansi(name, data):
     original = topo(name)
     expected = parse_topo_matrix(original)
     assert parse_topo_matrix(respace(original, data)) == expected
-    assert parse_topo_matrix(topology._ANSI_RE.sub("", original)) == expected
+    assert parse_topo_matrix(ANSI_RE.sub("", original)) == expected
     assert parse_topo_matrix(original.replace("\n", "\r\n")) == expected
 
 
@@ -926,7 +926,7 @@ def test_probe_h200(tmp_path, no_nvml):
     assert run.seen[0] == ["/usr/bin/nvidia-smi", "topo", "-m"]
     assert run.seen[1] == [
         "/usr/bin/nvidia-smi",
-        "--query-gpu=" + ",".join(topology.QUERY_FIELDS),
+        "--query-gpu=" + ",".join(QUERY_FIELDS),
         "--format=csv",
     ]
     assert run.seen[2] == ["/usr/bin/numactl", "-H"]

@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Parser of ``nvidia-smi --query-gpu=... --format=csv`` and of ``nvidia-smi -q``: names, UUIDs,
+bus ids, memory, PCIe link and compute capability per GPU.
+
+Target side: Python standard library only.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
+    MIB,
+    TopologyError,
+    content_lines,
+    infer_compute_capability,
+    int_or_none,
+    is_missing,
+    pcie_fact,
+    require_text,
+)
+
+__all__ = [
+    "QUERY_FIELDS",
+    "parse_query_csv",
+]
+
+
+# The fields the live probe asks for (``--query-gpu=<these>``); the parser reads any subset.
+QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "pcie.link.gen.current",
+                "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max", "compute_cap",
+                "driver_version")
+
+_UNIT_BYTES = {"b": 1, "kib": 1 << 10, "mib": MIB, "gib": 1 << 30, "tib": 1 << 40,
+               "kb": 1 << 10, "mb": MIB, "gb": 1 << 30}
+
+_QUERY_EXPECTED = ("`nvidia-smi --query-gpu=index,... --format=csv` output (with its header row) "
+                   "or `nvidia-smi -q` output")
+# Query field -> our key. nvidia-smi prints the canonical name in the header; the aliases it
+# also accepts on the command line are listed for hand-made files.
+_QUERY_FIELDS = {
+    "index": "index",
+    "name": "name", "gpu_name": "name",
+    "uuid": "uuid", "gpu_uuid": "uuid",
+    "pci.bus_id": "bus_id", "gpu_bus_id": "bus_id",
+    "memory.total": "memory_bytes",
+    "pcie.link.gen.current": "gen_current", "pcie.link.gen.gpucurrent": "gen_current",
+    "pcie.link.gen.max": "gen_max", "pcie.link.gen.gpumax": "gen_max",
+    "pcie.link.width.current": "width_current",
+    "pcie.link.width.max": "width_max",
+    "compute_cap": "compute_capability",
+    "driver_version": "driver_version",
+}
+_SMI_Q_GPU_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+
+
+def _size_bytes(value, default_unit=None):
+    """Bytes from '143771 MiB', '97887 MiB', or a bare number in the header's unit."""
+    if is_missing(value):
+        return None
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$", value)
+    if not match:
+        return None
+    unit = (match.group(2) or default_unit or "").lower()
+    if unit not in _UNIT_BYTES:
+        return None
+    return int(float(match.group(1)) * _UNIT_BYTES[unit])
+
+
+def _compute_capability(value):
+    """'9.0' from nvidia-smi's compute_cap ('9.0', '12.0'); None when missing."""
+    if is_missing(value):
+        return None
+    match = re.match(r"^\s*(\d+)\.(\d+)\s*$", value)
+    return "%d.%d" % (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _empty_query_gpu(index):
+    return {"index": index, "name": None, "uuid": None, "bus_id": None, "memory_bytes": None,
+            "compute_capability": None, "pcie": pcie_fact(), "driver_version": None}
+
+
+def parse_query_csv(text, source="query file"):
+    """Parse ``nvidia-smi --query-gpu=... --format=csv`` (any subset of fields) or ``nvidia-smi -q``.
+
+    The format is detected: ``-q`` output has the "==NVSMI LOG==" banner or "GPU 00000000:06:00.0"
+    section lines; everything else must be CSV with nvidia-smi's header row (``index`` is
+    required: it is what every other source is matched by). Units come from the value ("143771
+    MiB") or, with ``--format=csv,nounits``, from the header ("memory.total [MiB]").
+
+    Returns ``{"format": "query-csv"|"nvidia-smi-q", "gpus": [...], "driver_version",
+    "cuda_version"}``; per GPU (sorted by index): ``index``, ``name``, ``uuid``, ``bus_id``,
+    ``memory_bytes`` (MiB x 2^20), ``compute_capability`` (reported, else inferred from the name,
+    else None), ``pcie`` {gen_current, gen_max, width_current, width_max, degraded} and
+    ``driver_version``. Missing fields are None.
+    """
+    require_text(text, source, _QUERY_EXPECTED)
+    lines = content_lines(text)
+    if any(_SMI_Q_GPU_RE.match(line) for line in lines) or any("NVSMI LOG" in line for line in lines):
+        return _parse_nvidia_smi_q(lines, source)
+    return _parse_query_csv_lines(lines, source)
+
+
+def _parse_query_csv_lines(lines, source):
+    numbered = [(number + 1, line) for number, line in enumerate(lines)
+                if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise TopologyError("%s: only comments; expected %s" % (source, _QUERY_EXPECTED))
+    header_line, header_text = numbered[0]
+    header = next(csv.reader([header_text], skipinitialspace=True))
+    fields = []
+    for column in header:
+        match = re.match(r"^\s*(.*?)\s*(?:\[(.*)\])?\s*$", column)
+        fields.append((match.group(1).lower(), (match.group(2) or "").strip() or None))
+    names = [name for name, _unit in fields]
+    if "index" not in names:
+        raise TopologyError("%s line %d: no `index` column in the header %r; expected %s"
+                            % (source, header_line, header_text.strip()[:120], _QUERY_EXPECTED))
+
+    gpus = []
+    driver_version = None
+    for number, line in numbered[1:]:
+        values = next(csv.reader([line], skipinitialspace=True))
+        if len(values) != len(fields):
+            raise TopologyError("%s line %d: %d values, the header has %d columns (%s)"
+                                % (source, number, len(values), len(fields), ", ".join(names)))
+        row = {}
+        for (name, unit), value in zip(fields, values):
+            key = _QUERY_FIELDS.get(name)
+            if key is not None:
+                row[key] = (value.strip(), unit)
+        index = int_or_none(row["index"][0])
+        if index is None:
+            raise TopologyError("%s line %d: index %r is not a number" % (source, number, row["index"][0]))
+        gpu = _empty_query_gpu(index)
+        for key in ("name", "uuid", "bus_id", "driver_version"):
+            if key in row and not is_missing(row[key][0]):
+                gpu[key] = row[key][0]
+        if "memory_bytes" in row:
+            value, unit = row["memory_bytes"]
+            gpu["memory_bytes"] = _size_bytes(value, unit)
+        if "compute_capability" in row:
+            gpu["compute_capability"] = _compute_capability(row["compute_capability"][0])
+        if gpu["compute_capability"] is None:
+            gpu["compute_capability"] = infer_compute_capability(gpu["name"])
+        gpu["pcie"] = pcie_fact(*(int_or_none(row[key][0]) if key in row else None
+                                  for key in ("gen_current", "gen_max", "width_current", "width_max")))
+        driver_version = driver_version or gpu["driver_version"]
+        gpus.append(gpu)
+
+    indices = [gpu["index"] for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise TopologyError("%s: the same index appears twice (%s)" % (source, indices))
+    gpus.sort(key=lambda gpu: gpu["index"])
+    return {"format": "query-csv", "gpus": gpus, "driver_version": driver_version, "cuda_version": None}
+
+
+def _smi_q_sections(lines):
+    """``nvidia-smi -q`` as (top-level values, [(bus id, {path tuple: value})]) by indentation."""
+    top = {}
+    gpus = []
+    stack = []  # (indent, section name)
+    current = top
+    for line in lines:
+        if not line.strip() or line.startswith("="):
+            continue
+        match = _SMI_Q_GPU_RE.match(line)
+        if match:
+            current = {}
+            gpus.append((match.group(1), current))
+            stack = []
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        body = line.strip()
+        if ":" in body:
+            key, value = body.split(":", 1)
+            path = tuple(name for _indent, name in stack) + (key.strip(),)
+            current.setdefault(path, value.strip())
+        else:
+            stack.append((indent, body))
+    return top, gpus
+
+
+def _section_reader(values):
+    """value(*path) -> the value at that path of one GPU's section, None when missing or N/A."""
+    def value(*path):
+        found = values.get(path)
+        return None if is_missing(found) else found
+    return value
+
+
+def _parse_nvidia_smi_q(lines, source):
+    top, sections = _smi_q_sections(lines)
+    if not sections:
+        raise TopologyError("%s: `nvidia-smi -q` banner but no `GPU <bus id>` section" % source)
+    gpus = []
+    # nvidia-smi's index is its enumeration order, which is PCI bus order: the order of the
+    # sections. ("Minor Number" is the /dev/nvidiaN number, not the index.)
+    for index, (bus_id, values) in enumerate(sections):
+        value = _section_reader(values)
+        gpu = _empty_query_gpu(index)
+        gpu["name"] = value("Product Name")
+        gpu["uuid"] = value("GPU UUID")
+        gpu["bus_id"] = value("PCI", "Bus Id") or bus_id
+        gpu["memory_bytes"] = _size_bytes(value("FB Memory Usage", "Total"))
+        gpu["compute_capability"] = infer_compute_capability(gpu["name"], value("Product Architecture"))
+        link = ("PCI", "GPU Link Info")
+        gpu["pcie"] = pcie_fact(int_or_none(value(*link + ("PCIe Generation", "Current"))),
+                                int_or_none(value(*link + ("PCIe Generation", "Max"))),
+                                int_or_none(value(*link + ("Link Width", "Current"))),
+                                int_or_none(value(*link + ("Link Width", "Max"))))
+        gpu["driver_version"] = None if is_missing(top.get(("Driver Version",))) else top[("Driver Version",)]
+        gpus.append(gpu)
+    cuda = top.get(("CUDA Version",))
+    return {"format": "nvidia-smi-q", "gpus": gpus,
+            "driver_version": gpus[0]["driver_version"],
+            "cuda_version": None if is_missing(cuda) else cuda}
