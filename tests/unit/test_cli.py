@@ -54,9 +54,10 @@ def test_plan_story_json(tmp_path):
                 "enable_expert_parallel", "gpu_indices", "numa_node", "attention", "quantization",
                 "weights_bytes_per_gpu", "kv_cache_bytes_per_gpu", "kv_cache_tokens", "max_model_len",
                 "gpu_memory_utilization", "tool_call_parser", "reasoning_parser", "argv", "env", "reasons",
-                "warnings", "error"):
+                "warnings", "error", "layout", "host", "port"):
         assert key in data, key
     assert data["fits"] and data["tensor_parallel_size"] == 4 and data["numa_node"] == 0
+    assert data["layout"] == "TP=4+EP" and all(c["label"] for c in data["candidates"])
     assert data["argv"][:2] == ["serve", "MiniMaxAI/MiniMax-M2.5"]
 
 
@@ -64,7 +65,7 @@ def test_plan_readable_table(tmp_path):
     code, out, err = run("plan", "--topo-file", RTX_TOPO, "--query-file", RTX_QUERY,
                          "--model", make_model_dir(tmp_path, "nvidia__Kimi-K2.5-NVFP4"), "--model-id", "nvidia/Kimi-K2.5-NVFP4")
     assert code == 0, err
-    assert "| layout | TP=8" in out and "Why:" in out and "vllm serve nvidia/Kimi-K2.5-NVFP4" in out
+    assert "| layout | %s |" % "TP=8+EP" in out and "| TP=8+EP |" in out and "Why:" in out and "vllm serve nvidia/Kimi-K2.5-NVFP4" in out
 
 
 def test_gpu_memory_gib_overrides_the_query(tmp_path):
