@@ -1,0 +1,462 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a host serves: its state file, the names of its units and where its servers answer, defined once.
+
+Schema 1 of /var/lib/llmops-vllm/state.json::
+
+    {"schema": 1,
+     "models":   {"<name>": entry},      # served now, one entry per model
+     "previous": {"<name>": entry},      # the last entry retired or replaced under that name (rollback, revert)
+     "history":  [entry without plan],   # newest first, at most HISTORY_LIMIT
+     "lock":     null | {"holder": str, "controller": str, "started": iso8601, "lease_s": int}}
+
+An entry: name, unit (vllm-<name>.service), repo_id, revision, commit, path, served_model_name, bind,
+port, since (ISO 8601) and plan (PLAN_KEYS).
+
+The rollout's first format (call it schema 0, although its files say ``"schema": 1``) had one
+``current`` entry (or null), one ``previous`` entry (or null) and the history; migrate() turns it
+into schema 1. It was rendered by Jinja, so with ansible-core < 2.19 its numbers are strings
+(``"port": "8000"``) and a null NUMA node is ``""``; normalize_entry() reads both spellings.
+
+Target side and controller side: Python standard library only, plain data in and out.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import copy
+import datetime
+import json
+import os
+import re
+import tempfile
+
+SCHEMA_VERSION = 1
+# The legacy single-model format, as messages call it.
+LEGACY_SCHEMA = 0
+DEFAULT_STATE_DIR = '/var/lib/llmops-vllm'
+STATE_FILE = 'state.json'
+DEFAULT_UNIT_DIR = '/etc/systemd/system'
+UNIT_PREFIX = 'vllm-'
+UNIT_SUFFIX = '.service'
+HISTORY_LIMIT = 20
+# The same rule as the desired state's `name`: it names the unit.
+NAME_RE = re.compile(r'^[a-z0-9][a-z0-9-]{0,62}$')
+
+# Entry key -> kind, checked by entry_problems(); `plan` is left out of history entries.
+ENTRY_KEYS = {
+    'name': 'name', 'unit': 'str', 'repo_id': 'str', 'revision': 'str', 'commit': 'str', 'path': 'str',
+    'served_model_name': 'str', 'bind': 'str', 'port': 'port', 'since': 'time', 'plan': 'plan',
+}
+PLAN_KEYS = {
+    'device': 'str', 'tensor_parallel_size': 'size', 'data_parallel_size': 'size', 'enable_expert_parallel': 'bool',
+    'gpu_indices': 'indices', 'numa_node': 'int_or_null', 'max_model_len': 'size', 'layout': 'str_or_null',
+    'argv': 'strings',
+}
+# Older entries have no layout (the label came with planner v2).
+PLAN_OPTIONAL = ('layout',)
+LOCK_KEYS = {'holder': 'str', 'controller': 'str', 'started': 'time', 'lease_s': 'count'}
+STATE_KEYS = ('schema', 'models', 'previous', 'history', 'lock')
+
+_INT_RE = re.compile(r'^-?[0-9]+$')
+_EXPECTED = {
+    'name': "1-63 lower-case letters, digits or '-', starting with a letter or digit",
+    'str': 'a non-empty string',
+    'str_or_null': 'a string or null',
+    'port': 'an integer 1-65535',
+    'size': 'an integer >= 1',
+    'count': 'an integer >= 0',
+    'int_or_null': 'an integer >= 0 or null',
+    'bool': 'true or false',
+    'indices': 'a list of GPU indices (integers >= 0)',
+    'strings': 'a list of strings',
+    'time': 'an ISO 8601 time',
+}
+
+
+class StateError(ValueError):
+    """The state (or an input to an operation) is not what schema 1 allows; .problems lists each one."""
+
+    def __init__(self, problems, source=None):
+        self.problems = list(problems) if isinstance(problems, (list, tuple)) else [problems]
+        prefix = '%s: ' % source if source else ''
+        super(StateError, self).__init__(prefix + '; '.join(self.problems))
+
+
+# ----------------------------------------------------------------------------- names and addresses
+
+def unit_name(name):
+    """The systemd unit that serves model `name`: vllm-<name>.service."""
+    return '%s%s%s' % (UNIT_PREFIX, name, UNIT_SUFFIX)
+
+
+def unit_path(name, unit_dir=DEFAULT_UNIT_DIR):
+    return os.path.join(unit_dir, unit_name(name))
+
+
+def unit_glob(unit_dir=DEFAULT_UNIT_DIR):
+    """The units this collection manages, as a glob pattern."""
+    return os.path.join(unit_dir, '%s*%s' % (UNIT_PREFIX, UNIT_SUFFIX))
+
+
+def connect_host(bind):
+    """Where a server bound to `bind` is reached from its own host: loopback for a wildcard bind."""
+    if bind == '0.0.0.0':
+        return '127.0.0.1'
+    if bind == '::':
+        return '::1'
+    return bind
+
+
+def connect_url(bind, port, scheme='http'):
+    """Base URL of a server bound to `bind`:`port`, IPv6 literals in brackets (http://[::1]:8000)."""
+    host = connect_host(bind)
+    if ':' in host and not host.startswith('['):
+        host = '[%s]' % host
+    return '%s://%s:%d' % (scheme, host, int(port))
+
+
+def state_path(state_dir=DEFAULT_STATE_DIR):
+    return os.path.join(state_dir, STATE_FILE)
+
+
+def now_iso():
+    """Now in UTC, to the second, with its offset (2026-03-01T10:00:00+00:00)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+# ----------------------------------------------------------------------------- schema
+
+def empty_state():
+    return {'schema': SCHEMA_VERSION, 'models': {}, 'previous': {}, 'history': [], 'lock': None}
+
+
+def _to_int(value):
+    if isinstance(value, str) and _INT_RE.match(value.strip()):
+        return int(value.strip())
+    return value
+
+
+def _coerce(kind, value):
+    """Read the spellings a Jinja-rendered file has (numbers as strings, null as '' or 'None')."""
+    if kind in ('port', 'size', 'count'):
+        return _to_int(value)
+    if kind == 'int_or_null':
+        if isinstance(value, str) and value.strip() in ('', 'None', 'null'):
+            return None
+        return _to_int(value)
+    if kind == 'bool' and isinstance(value, str) and value.strip().lower() in ('true', 'false'):
+        return value.strip().lower() == 'true'
+    if kind == 'indices' and isinstance(value, list):
+        return [_to_int(item) for item in value]
+    if kind == 'str_or_null' and value == '':
+        return None
+    return value
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_time(value):
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        # fromisoformat() reads 'Z' only from Python 3.11 on.
+        datetime.datetime.fromisoformat(value[:-1] + '+00:00' if value.endswith('Z') else value)
+    except ValueError:
+        return False
+    return True
+
+
+def _valid(kind, value):
+    checks = {
+        'name': lambda v: isinstance(v, str) and NAME_RE.match(v) is not None,
+        'str': lambda v: isinstance(v, str) and v != '',
+        'str_or_null': lambda v: v is None or isinstance(v, str),
+        'port': lambda v: _is_int(v) and 1 <= v <= 65535,
+        'size': lambda v: _is_int(v) and v >= 1,
+        'count': lambda v: _is_int(v) and v >= 0,
+        'int_or_null': lambda v: v is None or (_is_int(v) and v >= 0),
+        'bool': lambda v: isinstance(v, bool),
+        'indices': lambda v: isinstance(v, list) and all(_is_int(i) and i >= 0 for i in v),
+        'strings': lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+        'time': _is_time,
+    }
+    return checks[kind](value)
+
+
+def _problem(where, kind, value):
+    return '%s: expected %s, got %r (%s)' % (where, _EXPECTED[kind], value, type(value).__name__)
+
+
+def _keys_problems(where, document, spec, optional=()):
+    problems = []
+    for key in sorted(spec):
+        if key not in document:
+            if key not in optional:
+                problems.append('%s.%s: missing' % (where, key))
+        elif spec[key] != 'plan' and not _valid(spec[key], document[key]):
+            problems.append(_problem('%s.%s' % (where, key), spec[key], document[key]))
+    for key in sorted(set(document) - set(spec), key=str):
+        problems.append('%s.%s: unknown key (known: %s)' % (where, key, ', '.join(sorted(spec))))
+    return problems
+
+
+def normalize_entry(entry, history=False):
+    """A copy of `entry` with the Jinja spellings of its values read (see _coerce); plan dropped for history."""
+    if not isinstance(entry, dict):
+        return entry
+    out = copy.deepcopy(entry)
+    for key, kind in ENTRY_KEYS.items():
+        if key in out and kind != 'plan':
+            out[key] = _coerce(kind, out[key])
+    if history:
+        out.pop('plan', None)
+    elif isinstance(out.get('plan'), dict):
+        for key, kind in PLAN_KEYS.items():
+            if key in out['plan']:
+                out['plan'][key] = _coerce(kind, out['plan'][key])
+    return out
+
+
+def entry_problems(entry, where='entry', history=False):
+    """Readable problems of one entry, each naming its key (empty list: none)."""
+    if not isinstance(entry, dict):
+        return ['%s: expected an entry (a mapping), got %r' % (where, entry)]
+    spec = dict(ENTRY_KEYS)
+    if history:
+        del spec['plan']
+    problems = _keys_problems(where, entry, spec)
+    name = entry.get('name')
+    if isinstance(name, str) and 'unit' in entry and entry['unit'] != unit_name(name):
+        problems.append('%s.unit: expected %s (vllm-<name>.service), got %r' % (where, unit_name(name), entry['unit']))
+    if not history and 'plan' in entry:
+        if isinstance(entry['plan'], dict):
+            problems.extend(_keys_problems(where + '.plan', entry['plan'], PLAN_KEYS, PLAN_OPTIONAL))
+        else:
+            problems.append('%s.plan: expected a mapping of %s, got %r' % (where, ', '.join(sorted(PLAN_KEYS)), entry['plan']))
+    return problems
+
+
+def state_problems(state):
+    """Readable problems of a schema-1 document, each naming its key (empty list: none)."""
+    if not isinstance(state, dict):
+        return ['expected a mapping with %s, got %r' % (', '.join(STATE_KEYS), state)]
+    problems = []
+    if state.get('schema') != SCHEMA_VERSION:
+        problems.append('schema: expected %d, got %r' % (SCHEMA_VERSION, state.get('schema')))
+    for key in ('models', 'previous'):
+        entries = state.get(key)
+        if not isinstance(entries, dict):
+            problems.append('%s: expected a mapping of model name to entry, got %r' % (key, entries))
+            continue
+        for name in sorted(entries, key=str):
+            where = '%s[%r]' % (key, name)
+            problems.extend(entry_problems(entries[name], where))
+            if isinstance(entries[name], dict) and entries[name].get('name') != name:
+                problems.append('%s.name: %r differs from its key %r' % (where, entries[name].get('name'), name))
+    history = state.get('history')
+    if not isinstance(history, list):
+        problems.append('history: expected a list of entries, got %r' % (history,))
+    else:
+        if len(history) > HISTORY_LIMIT:
+            problems.append('history: %d entries, at most %d are kept' % (len(history), HISTORY_LIMIT))
+        for index, entry in enumerate(history):
+            problems.extend(entry_problems(entry, 'history[%d]' % index, history=True))
+    lock = state.get('lock')
+    if lock is not None:
+        if isinstance(lock, dict):
+            problems.extend(_keys_problems('lock', lock, LOCK_KEYS))
+        else:
+            problems.append('lock: expected null or a mapping of %s, got %r' % (', '.join(sorted(LOCK_KEYS)), lock))
+    for key in sorted(set(state) - set(STATE_KEYS), key=str):
+        problems.append('%s: unknown key (known: %s)' % (key, ', '.join(STATE_KEYS)))
+    return problems
+
+
+def validate(state, source=None):
+    """`state` itself when it is a valid schema-1 document; StateError listing every problem otherwise."""
+    problems = state_problems(state)
+    if problems:
+        raise StateError(problems, source)
+    return state
+
+
+# ----------------------------------------------------------------------------- migration
+
+def schema_of(document, source=None):
+    """The schema of a parsed state file: SCHEMA_VERSION, LEGACY_SCHEMA, or None for an empty one."""
+    if document is None or document == {}:
+        return None
+    if not isinstance(document, dict):
+        raise StateError('expected a JSON object, got %s' % type(document).__name__, source)
+    schema = document.get('schema')
+    if _is_int(schema) and schema > SCHEMA_VERSION:
+        raise StateError('schema %d is newer than the %d this llmops.vllm reads: it was written by a newer release; '
+                         'upgrade the collection on the controller' % (schema, SCHEMA_VERSION), source)
+    if 'models' in document:
+        if schema != SCHEMA_VERSION:
+            raise StateError('schema: expected %d with "models", got %r' % (SCHEMA_VERSION, schema), source)
+        return SCHEMA_VERSION
+    if 'current' in document:
+        return LEGACY_SCHEMA
+    raise StateError('neither "models" (schema %d) nor "current" (schema %d) in it: not a state file of llmops.vllm; '
+                     'move it aside' % (SCHEMA_VERSION, LEGACY_SCHEMA), source)
+
+
+def migrate(document, source=None):
+    """Schema 1 from any state file this collection wrote (None or {}: an empty state). Idempotent."""
+    schema = schema_of(document, source)
+    if schema is None:
+        return empty_state()
+    if schema == SCHEMA_VERSION:
+        state = copy.deepcopy(document)
+        for key in ('models', 'previous'):
+            if isinstance(state.get(key), dict):
+                state[key] = dict((name, normalize_entry(entry)) for name, entry in state[key].items())
+        if isinstance(state.get('history'), list):
+            state['history'] = [normalize_entry(entry, history=True) for entry in state['history']]
+        return validate(state, source)
+    state = empty_state()
+    for key, target in (('current', 'models'), ('previous', 'previous')):
+        entry = document.get(key)
+        # null is '' in a file rendered by ansible-core < 2.19 (`previous` of the first rollout).
+        if entry in (None, {}, ''):
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get('name'), str):
+            raise StateError('%s (schema %d): expected an entry with a name or null, got %r' % (key, LEGACY_SCHEMA, entry), source)
+        state[target][entry['name']] = normalize_entry(entry)
+    history = document.get('history') or []
+    if not isinstance(history, list):
+        raise StateError('history (schema %d): expected a list, got %r' % (LEGACY_SCHEMA, history), source)
+    state['history'] = [normalize_entry(entry, history=True) for entry in history][:HISTORY_LIMIT]
+    return validate(state, source)
+
+
+def loads(text, source=None):
+    """(schema-1 state, whether it was migrated from schema 0) from a state file's text ('' : empty)."""
+    if not text.strip():
+        return empty_state(), False
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise StateError('not JSON (%s); fix it or move it aside' % exc, source)
+    return migrate(document, source), schema_of(document, source) == LEGACY_SCHEMA
+
+
+def read(path):
+    """(state, migrated, text) of the state file at `path`; a missing file is an empty state and text ''."""
+    try:
+        with open(path, 'rb') as handle:
+            text = handle.read().decode('utf-8')
+    except (IOError, OSError) as exc:
+        if not os.path.exists(path):
+            return empty_state(), False, ''
+        raise StateError('cannot read it: %s' % exc, path)
+    except UnicodeDecodeError as exc:
+        raise StateError('not UTF-8 text (%s); fix it or move it aside' % exc, path)
+    state, migrated = loads(text, path)
+    return state, migrated, text
+
+
+# ----------------------------------------------------------------------------- operations
+
+def record(state, entry, replaces=None, now=None):
+    """A new state in which `entry` is served: models[name] = entry.
+
+    The entry it replaces (the same name's, and the model named by `replaces`, when served) moves to
+    previous[<its name>]; the entry, without plan, is prepended to the history (at most HISTORY_LIMIT).
+    `unit` defaults to vllm-<name>.service and `since` to `now` (ISO 8601; default: now in UTC).
+    Recording what is already served (all keys but `since` equal) returns the state unchanged.
+    """
+    state = copy.deepcopy(validate(state))
+    if not isinstance(entry, dict):
+        raise StateError('entry: expected a mapping, got %r' % (entry,))
+    entry = normalize_entry(entry)
+    if isinstance(entry.get('name'), str) and not entry.get('unit'):
+        entry['unit'] = unit_name(entry['name'])
+    if not entry.get('since'):
+        entry['since'] = now or now_iso()
+    problems = entry_problems(entry)
+    if replaces is not None and not (isinstance(replaces, str) and NAME_RE.match(replaces)):
+        problems.append(_problem('replaces', 'name', replaces))
+    if problems:
+        raise StateError(problems)
+    name = entry['name']
+    if replaces != name and replaces in state['models']:
+        state['previous'][replaces] = state['models'].pop(replaces)
+    served = state['models'].get(name)
+    if served is not None and _without_since(served) == _without_since(entry):
+        return state
+    if served is not None:
+        state['previous'][name] = served
+    state['models'][name] = entry
+    state['history'] = ([normalize_entry(entry, history=True)] + state['history'])[:HISTORY_LIMIT]
+    return state
+
+
+def _without_since(entry):
+    return dict((key, value) for key, value in entry.items() if key != 'since')
+
+
+def retire(state, name):
+    """A new state in which `name` is no longer served; its entry is kept as previous[name].
+
+    Retiring a model the host does not serve returns the state unchanged.
+    """
+    state = copy.deepcopy(validate(state))
+    if name in state['models']:
+        state['previous'][name] = state['models'].pop(name)
+    return state
+
+
+def models(state):
+    """The served entries, ordered by name."""
+    return [state['models'][name] for name in sorted(state['models'])]
+
+
+def current(state):
+    """The one entry served, or None; StateError when several are (name the one you mean)."""
+    served = models(state)
+    if len(served) > 1:
+        raise StateError('the host serves %d models (%s); name the one you mean'
+                         % (len(served), ', '.join(entry['name'] for entry in served)))
+    return served[0] if served else None
+
+
+def serialize(state):
+    """The file's text: stable JSON (sorted keys, indent 2) with a trailing newline."""
+    return json.dumps(state, indent=2, sort_keys=True, separators=(',', ': ')) + '\n'
+
+
+# ----------------------------------------------------------------------------- files
+
+def write_atomic(path, text, mode=0o644):
+    """Replace `path` by `text` (UTF-8): a temporary file in the same directory, fsync, rename, fsync the
+    directory. A failure at any step leaves the old file as it was and no temporary file behind."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save(path, state):
+    """Validate, serialize and write `state` atomically (0644); returns the text written."""
+    text = serialize(validate(state, path))
+    write_atomic(path, text)
+    return text

@@ -1,0 +1,316 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: vllm_state
+short_description: Read and update what a host serves (its C(state.json))
+version_added: 0.2.0
+description:
+  - Reads, and with O(action=record) or O(action=retire) updates, the state file in which a host records
+    the models it serves (C(/var/lib/llmops-vllm/state.json)). Schema 1 of the file, its migration and
+    the operations are defined once in C(plugins/module_utils/host_state.py).
+  - >-
+    Schema 1 is C({"schema": 1, "models": {NAME: ENTRY}, "previous": {NAME: ENTRY}, "history": [ENTRY without plan],
+    "lock": null}). C(models) holds one entry per model served, C(previous) the last entry retired or
+    replaced under each name (what a rollback or revert starts again), C(history) the last 20 entries
+    recorded, newest first, and C(lock) who holds the host for a change (null when nobody does).
+  - The first format of the file (schema 0; one C(current) entry, numbers possibly written as strings)
+    is read as schema 1 with RV(migrated=true); the first O(action=record) or O(action=retire) writes it
+    as schema 1. A file of a newer schema is refused with a message saying to upgrade the collection.
+  - O(action=read) never reports a change and writes nothing; a missing or empty file is an empty state.
+  - O(action=record) and O(action=retire) report a change only when the file's text changes, and write
+    it atomically (temporary file, fsync, rename) with mode C(0644), holding a lock on the state
+    directory while they read and write it. Run them as root (C(become)), which owns the file.
+author:
+  - llmops.vllm maintainers (@llmops)
+options:
+  action:
+    description:
+      - V(read) returns the state.
+      - V(record) records that the host serves O(entry) (C(models[name])); the entry it replaces under the
+        same name, and the model named by O(replaces), move to C(previous); the entry is prepended to the
+        history. Recording what is already served (every key but C(since) equal) changes nothing.
+      - V(retire) records that the host no longer serves O(name); its entry moves to C(previous).
+        Retiring a model the host does not serve changes nothing.
+    type: str
+    choices: [read, record, retire]
+    default: read
+  state_dir:
+    description: Directory of the state file C(state.json). Created (mode C(0755)) when a write needs it.
+    type: path
+    default: /var/lib/llmops-vllm
+  path:
+    description: The state file itself, instead of C(<state_dir>/state.json).
+    type: path
+  entry:
+    description:
+      - With O(action=record), what the host serves now. Keys C(name), C(repo_id), C(revision), C(commit) (the
+        resolved commit sha), C(path) (the model directory), C(served_model_name), C(bind), C(port) and
+        C(plan) are required; C(unit) defaults to C(vllm-<name>.service) (another value is refused) and
+        C(since) to now (UTC, ISO 8601).
+      - C(plan) has C(device), C(tensor_parallel_size), C(data_parallel_size), C(enable_expert_parallel),
+        C(gpu_indices), C(numa_node) (null when the GPUs span nodes), C(max_model_len), C(argv) and
+        optionally C(layout) (the planner's label, e.g. C(TP=4+EP)).
+      - Numbers written as strings (C("8000")) are read as numbers. Unknown keys are refused.
+    type: dict
+  replaces:
+    description:
+      - With O(action=record), the name of the model the new one replaces on this host (its GPUs or port).
+        Its entry moves from C(models) to C(previous). A name the host no longer serves changes nothing.
+    type: str
+  name:
+    description: With O(action=retire), the model the host no longer serves.
+    type: str
+attributes:
+  check_mode:
+    description: Computes the new state, the change and the diff, and writes nothing.
+    support: full
+  diff_mode:
+    description: The file's text before and after (O(action=record) and O(action=retire)).
+    support: full
+seealso:
+  - module: llmops.vllm.desired_state
+'''
+
+EXAMPLES = r'''
+- name: What the host serves
+  llmops.vllm.vllm_state:
+    state_dir: /var/lib/llmops-vllm
+  register: host_state
+
+- name: The old model, for a one-model rollout
+  ansible.builtin.set_fact:
+    rollout_current: "{{ host_state.current | default({}, true) }}"
+
+- name: Record the model now served, in place of the old one
+  llmops.vllm.vllm_state:
+    action: record
+    entry:
+      name: kimi-k2-5
+      repo_id: nvidia/Kimi-K2.5-NVFP4
+      revision: main
+      commit: 5bd8b0e1c2f0a8d5e6f7a8b9c0d1e2f3a4b5c6d7
+      path: /var/lib/llmops-vllm/models/nvidia/Kimi-K2.5-NVFP4/5bd8b0e1c2f0a8d5e6f7a8b9c0d1e2f3a4b5c6d7
+      served_model_name: kimi-k2.5
+      bind: 0.0.0.0
+      port: 8000
+      plan:
+        device: cuda
+        tensor_parallel_size: 8
+        data_parallel_size: 1
+        enable_expert_parallel: true
+        gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]
+        numa_node: null
+        max_model_len: 262144
+        argv: [serve, /var/lib/llmops-vllm/models/nvidia/Kimi-K2.5-NVFP4/5bd8b0e1c2f0a8d5e6f7a8b9c0d1e2f3a4b5c6d7]
+    replaces: minimax-m2-5
+  become: true
+
+- name: Record that the host no longer serves a model
+  llmops.vllm.vllm_state:
+    action: retire
+    name: minimax-m2-5
+  become: true
+'''
+
+RETURN = r'''
+state:
+  description: The whole state, schema 1 (migrated when the file was schema 0); after the change for O(action=record) and O(action=retire).
+  returned: success
+  type: dict
+  contains:
+    schema:
+      description: Always 1.
+      type: int
+      sample: 1
+    models:
+      description: Model name -> entry, one per model the host serves.
+      type: dict
+    previous:
+      description: Model name -> the last entry retired or replaced under that name.
+      type: dict
+    history:
+      description: The last 20 entries recorded, newest first, without C(plan).
+      type: list
+      elements: dict
+    lock:
+      description: Who holds the host for a rollout, or null.
+      type: dict
+  sample: {"schema": 1, "models": {}, "previous": {}, "history": [], "lock": null}
+models:
+  description: The entries served, ordered by name.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The model's name; the unit is C(vllm-<name>.service).
+      type: str
+      sample: minimax-m2-5
+    unit:
+      description: The systemd unit serving it.
+      type: str
+      sample: vllm-minimax-m2-5.service
+    repo_id:
+      description: The model on the hub.
+      type: str
+      sample: MiniMaxAI/MiniMax-M2.5
+    revision:
+      description: The revision asked for.
+      type: str
+      sample: main
+    commit:
+      description: The commit it resolved to.
+      type: str
+      sample: 5bd8b0e1c2f0a8d5e6f7a8b9c0d1e2f3a4b5c6d7
+    path:
+      description: The model directory on the host.
+      type: str
+      sample: /var/lib/llmops-vllm/models/MiniMaxAI/MiniMax-M2.5/5bd8b0e1c2f0a8d5e6f7a8b9c0d1e2f3a4b5c6d7
+    served_model_name:
+      description: The name the server answers to.
+      type: str
+      sample: minimax-m2.5
+    bind:
+      description: The address the server binds.
+      type: str
+      sample: 0.0.0.0
+    port:
+      description: Its port.
+      type: int
+      sample: 8000
+    since:
+      description: When it was recorded (ISO 8601).
+      type: str
+      sample: "2026-03-01T10:00:00+00:00"
+    plan:
+      description: The serving plan it runs with.
+      type: dict
+      sample: {"device": "cuda", "tensor_parallel_size": 4, "data_parallel_size": 1, "enable_expert_parallel": true,
+               "gpu_indices": [0, 1, 2, 3], "numa_node": 0, "max_model_len": 196608, "argv": ["serve", "..."]}
+current:
+  description: The one entry served, or null when the host serves none or several (see RV(models)).
+  returned: success
+  type: dict
+  sample: {"name": "minimax-m2-5", "unit": "vllm-minimax-m2-5.service", "port": 8000}
+migrated:
+  description: Whether the file read was schema 0 (read as schema 1; written as schema 1 by a change).
+  returned: success
+  type: bool
+  sample: false
+state_file:
+  description:
+    - The state file read (and written). Not called C(path), which would make Ansible add the file's
+      attributes to the result and overwrite RV(state) with C(file).
+  returned: always
+  type: str
+  sample: /var/lib/llmops-vllm/state.json
+diff:
+  description: The file's text before and after.
+  returned: O(action=record) or O(action=retire), in diff mode
+  type: dict
+  contains:
+    before:
+      description: The text before (empty when there was no file).
+      type: str
+    after:
+      description: The text after.
+      type: str
+problems:
+  description: Everything wrong with the file or the input, each naming its key.
+  returned: failure
+  type: list
+  elements: str
+  sample: ["models['a'].port: expected an integer 1-65535, got '80x0' (str)"]
+'''
+
+import errno
+import fcntl
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+
+
+class StateFile(object):
+    """One read -> decide -> write pass over the state file."""
+
+    def __init__(self, module, path):
+        self.module, self.path = module, path
+        self.directory = os.path.dirname(os.path.abspath(path))
+
+    def lock(self):
+        """Hold the state directory while it is read and rewritten (two runs against one host)."""
+        if not os.path.isdir(self.directory):
+            if self.module.check_mode:
+                return None
+            os.makedirs(self.directory, 0o755)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        fcntl.flock(dir_fd, fcntl.LOCK_EX)
+        return dir_fd
+
+    def run(self, action, params):
+        result = dict(state_file=self.path, changed=False)
+        dir_fd = self.lock() if action != 'read' else None
+        try:
+            before, migrated, before_text = host_state.read(self.path)
+            after = before
+            if action == 'record':
+                after = host_state.record(before, params['entry'], replaces=params['replaces'])
+            elif action == 'retire':
+                after = host_state.retire(before, params['name'])
+            if action != 'read':
+                after_text = host_state.serialize(after)
+                result['changed'] = after_text != before_text
+                if result['changed'] and not self.module.check_mode:
+                    host_state.write_atomic(self.path, after_text)
+                if self.module._diff:
+                    result['diff'] = dict(before=before_text, after=after_text,
+                                          before_header=self.path, after_header=self.path)
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+        served = host_state.models(after)
+        # Several models: no single `current` (host_state.current() would refuse); `models` has them all.
+        result.update(state=after, models=served, current=served[0] if len(served) == 1 else None, migrated=migrated)
+        return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            action=dict(type='str', choices=['read', 'record', 'retire'], default='read'),
+            state_dir=dict(type='path', default=host_state.DEFAULT_STATE_DIR),
+            path=dict(type='path'),
+            entry=dict(type='dict'),
+            replaces=dict(type='str'),
+            name=dict(type='str'),
+        ),
+        required_if=[('action', 'record', ['entry']), ('action', 'retire', ['name'])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p['path'] or host_state.state_path(p['state_dir'])
+    misplaced = ['%s only goes with action=%s' % (option, action)
+                 for option, action in (('entry', 'record'), ('replaces', 'record'), ('name', 'retire'))
+                 if p[option] is not None and p['action'] != action]
+    if misplaced:
+        module.fail_json(msg='%s (action is %s)' % ('; '.join(misplaced), p['action']), state_file=path)
+    try:
+        result = StateFile(module, path).run(p['action'], p)
+    except host_state.StateError as exc:
+        module.fail_json(msg='%s: %s' % (path, '; '.join(exc.problems)), problems=exc.problems, state_file=path)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='%s: %s (%s)' % (path, exc.strerror or exc, errno.errorcode.get(exc.errno, 'error')), state_file=path)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

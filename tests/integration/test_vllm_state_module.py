@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llmops.vllm.vllm_state through real ansible-playbook on localhost, against a state dir in tmp:
+a schema-0 file is read (migrated, untouched), recorded in check mode (diff, no write), recorded
+(schema 1 on disk), recorded again (no change), and retired."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+
+pytestmark = pytest.mark.ansible
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+COMMIT_A = "0000000000000000000000000000000000000000"
+COMMIT_B = "5bd8b0e1c2f0a8d5e6f7a8b9c0d1e2f3a4b5c6d7"
+ENTRY_A = {
+    "name": "minimax-m2-5", "unit": "vllm-minimax-m2-5.service", "repo_id": "MiniMaxAI/MiniMax-M2.5", "revision": "main",
+    "commit": COMMIT_A, "path": "/var/lib/llmops-vllm/models/MiniMaxAI/MiniMax-M2.5/" + COMMIT_A,
+    "served_model_name": "minimax-m2.5", "bind": "0.0.0.0", "port": "8000", "since": "2026-12-01T01:14:15.591638",
+    "plan": {"device": "cuda", "tensor_parallel_size": "4", "data_parallel_size": "1", "enable_expert_parallel": False,
+             "gpu_indices": [0, 1, 2, 3], "numa_node": "", "max_model_len": "196608",
+             "argv": ["vllm", "serve", "/var/lib/llmops-vllm/models/MiniMaxAI/MiniMax-M2.5/" + COMMIT_A]},
+}
+# A first-format file as roles/rollout/tasks/record.yml wrote it with ansible-core 2.18 (numbers as
+# strings, numa_node null as "", the first rollout's previous as "").
+LEGACY = json.dumps({"schema": 1, "current": ENTRY_A, "previous": "",
+                     "history": [{k: v for k, v in ENTRY_A.items() if k != "plan"}]}, indent=4, sort_keys=True) + "\n"
+ENTRY_B = {
+    "name": "kimi-k2-5", "repo_id": "nvidia/Kimi-K2.5-NVFP4", "revision": "main", "commit": COMMIT_B,
+    "path": "/var/lib/llmops-vllm/models/nvidia/Kimi-K2.5-NVFP4/" + COMMIT_B, "served_model_name": "kimi-k2.5",
+    "bind": "::", "port": 8001,
+    "plan": {"device": "cuda", "tensor_parallel_size": 8, "data_parallel_size": 1, "enable_expert_parallel": True,
+             "gpu_indices": [0, 1, 2, 3, 4, 5, 6, 7], "numa_node": None, "max_model_len": 262144, "layout": "TP=8+EP",
+             "argv": ["serve", "/var/lib/llmops-vllm/models/nvidia/Kimi-K2.5-NVFP4/" + COMMIT_B]},
+}
+
+
+def run_module(tmp_path, name, module_args, check=False, diff=False):
+    """One vllm_state task in a play on localhost; returns its registered result (ansible-playbook must succeed)."""
+    work = tmp_path / name
+    work.mkdir()
+    out = work / "result.json"
+    playbook = work / "play.yml"
+    playbook.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [
+            {"name": "State", "llmops.vllm.vllm_state": module_args, "register": "host_state", "ignore_errors": True},
+            {"name": "Write the result", "ansible.builtin.copy": {"content": "{{ host_state | to_nice_json }}", "dest": str(out)},
+             "check_mode": False, "diff": False},
+        ]}]))
+    argv = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)]
+    if check:
+        argv.append("--check")
+    if diff:
+        argv.append("--diff")
+    env = {
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "PATH": "%s:/usr/bin:/bin" % Path(sys.executable).parent,
+        "HOME": str(tmp_path),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "LANG": "C.UTF-8",
+    }
+    completed = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    result = json.loads(out.read_text())
+    result["_stdout"] = completed.stdout
+    return result
+
+
+def test_legacy_file_read_record_retire(tmp_path):
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    state_file = state_dir / "state.json"
+    state_file.write_text(LEGACY)
+    os.chmod(state_file, 0o600)
+    mtime = state_file.stat().st_mtime_ns
+
+    read = run_module(tmp_path, "read", {"state_dir": str(state_dir)}, diff=True)
+    assert not read.get("failed"), read
+    assert read["changed"] is False and read["migrated"] is True and "diff" not in read
+    assert read["state_file"] == str(state_file) and "owner" not in read
+    assert read["state"]["schema"] == 1 and list(read["state"]["models"]) == ["minimax-m2-5"]
+    assert read["current"]["port"] == 8000 and read["current"]["plan"]["numa_node"] is None
+    assert read["current"]["plan"]["tensor_parallel_size"] == 4
+    assert read["models"] == [read["current"]]
+    assert state_file.read_text() == LEGACY and state_file.stat().st_mtime_ns == mtime
+
+    record_args = {"action": "record", "path": str(state_file), "entry": ENTRY_B, "replaces": "minimax-m2-5"}
+    checked = run_module(tmp_path, "record-check", record_args, check=True, diff=True)
+    assert not checked.get("failed"), checked
+    assert checked["changed"] is True and checked["migrated"] is True
+    assert checked["diff"]["before"] == LEGACY
+    assert json.loads(checked["diff"]["after"])["models"]["kimi-k2-5"]["port"] == 8001
+    assert '-    "current": {' in checked["_stdout"] and '+  "models": {' in checked["_stdout"]
+    assert checked["current"]["name"] == "kimi-k2-5"
+    assert state_file.read_text() == LEGACY and state_file.stat().st_mtime_ns == mtime
+
+    recorded = run_module(tmp_path, "record", record_args)
+    assert not recorded.get("failed"), recorded
+    assert recorded["changed"] is True and "diff" not in recorded
+    on_disk = state_file.read_text()
+    state = json.loads(on_disk)
+    assert on_disk == host_state.serialize(state)
+    assert sorted(state) == ["history", "lock", "models", "previous", "schema"]
+    assert list(state["models"]) == ["kimi-k2-5"] and list(state["previous"]) == ["minimax-m2-5"]
+    assert state["models"]["kimi-k2-5"]["unit"] == "vllm-kimi-k2-5.service"
+    assert state["previous"]["minimax-m2-5"]["port"] == 8000
+    assert [h["name"] for h in state["history"]] == ["kimi-k2-5", "minimax-m2-5"]
+    assert recorded["state"] == state and recorded["current"] == state["models"]["kimi-k2-5"]
+    assert oct(state_file.stat().st_mode & 0o777) == "0o644"
+    assert sorted(os.listdir(state_dir)) == ["state.json"]
+
+    again = run_module(tmp_path, "record-again", record_args, diff=True)
+    assert not again.get("failed"), again
+    assert again["changed"] is False and again["migrated"] is False
+    assert again["diff"]["before"] == again["diff"]["after"] == on_disk
+    assert state_file.read_text() == on_disk
+
+    retired = run_module(tmp_path, "retire", {"action": "retire", "state_dir": str(state_dir), "name": "kimi-k2-5"})
+    assert not retired.get("failed"), retired
+    assert retired["changed"] is True and retired["current"] is None and retired["models"] == []
+    state = json.loads(state_file.read_text())
+    assert state["models"] == {} and sorted(state["previous"]) == ["kimi-k2-5", "minimax-m2-5"]
+    assert state["previous"]["kimi-k2-5"] == recorded["state"]["models"]["kimi-k2-5"]
+
+    retired_again = run_module(tmp_path, "retire-again", {"action": "retire", "state_dir": str(state_dir), "name": "kimi-k2-5"})
+    assert retired_again["changed"] is False
+
+
+def test_missing_state_dir_and_refusals(tmp_path):
+    state_dir = tmp_path / "new" / "state"
+    read = run_module(tmp_path, "read-missing", {"state_dir": str(state_dir)})
+    assert read["changed"] is False and read["current"] is None and read["migrated"] is False
+    assert not state_dir.exists()
+
+    checked = run_module(tmp_path, "record-check", {"action": "record", "state_dir": str(state_dir), "entry": ENTRY_B}, check=True)
+    assert checked["changed"] is True and not state_dir.exists()
+
+    recorded = run_module(tmp_path, "record", {"action": "record", "state_dir": str(state_dir), "entry": ENTRY_B})
+    assert recorded["changed"] is True
+    assert json.loads((state_dir / "state.json").read_text())["models"]["kimi-k2-5"]["bind"] == "::"
+
+    bad = dict(ENTRY_B, port="eighty", colour="blue")
+    refused = run_module(tmp_path, "record-bad", {"action": "record", "state_dir": str(state_dir), "entry": bad})
+    assert refused["failed"] is True
+    assert "entry.port: expected an integer 1-65535, got 'eighty' (str)" in refused["problems"]
+    assert any(p.startswith("entry.colour: unknown key") for p in refused["problems"])
+    assert refused["msg"].startswith(str(state_dir / "state.json") + ": ")
+
+    misplaced = run_module(tmp_path, "retire-with-entry", {"action": "retire", "state_dir": str(state_dir), "name": "kimi-k2-5",
+                                                           "entry": ENTRY_B})
+    assert misplaced["failed"] is True and misplaced["msg"] == "entry only goes with action=record (action is retire)"
+
+    (state_dir / "state.json").write_text(json.dumps({"schema": 2, "models": {}}))
+    future = run_module(tmp_path, "read-future", {"state_dir": str(state_dir)})
+    assert future["failed"] is True and "schema 2 is newer" in future["msg"] and "upgrade the collection" in future["msg"]
