@@ -219,7 +219,6 @@ def default_parsers(model, model_id):
     return None, None, None
 
 
-
 # The flags each parser kind needs in argv.
 PARSER_FLAGS = {"tool": ("--enable-auto-tool-choice", "--tool-call-parser"), "reasoning": ("--reasoning-parser",)}
 
