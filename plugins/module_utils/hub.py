@@ -557,7 +557,11 @@ def remove_version(path):
 # ----------------------------------------------------------------------------- ownership
 
 def resolve_uid(owner):
-    """A user name or number as a uid; None keeps the fetching user."""
+    """A user name or number as a uid; None keeps the fetching user.
+
+    Ansible looks the name up again when it sets the owner, but only with a generic "failed to look
+    up user" and only once files are being written: this refuses before anything is fetched.
+    """
     if owner in (None, ""):
         return None
     try:
@@ -572,7 +576,8 @@ def resolve_uid(owner):
 
 
 def resolve_gid(group):
-    """A group name or number as a gid; None keeps the fetching user's group."""
+    """A group name or number as a gid; None keeps the fetching user's group (checked early, as
+    resolve_uid is)."""
     if group in (None, ""):
         return None
     try:
@@ -586,7 +591,11 @@ def resolve_gid(group):
 
 
 def parse_mode(mode):
-    """An octal mode for the model files: '0644', '644' or an int (YAML 0644 arrives as 420)."""
+    """An octal mode for the model files: '0644', '644' or an int (YAML 0644 arrives as 420).
+
+    An int, not the string Ansible would also take: directories get a mode derived from it
+    (dir_mode), and symbolic modes, which Ansible resolves per path, have no such derivation.
+    """
     if mode in (None, ""):
         return DEFAULT_FILE_MODE
     if isinstance(mode, int):
@@ -610,22 +619,10 @@ def dir_mode(file_mode):
     return file_mode | ((file_mode & 0o444) >> 2)
 
 
-def apply_attributes(path, uid, gid, mode):
-    """Set owner/group/mode where they differ; True when something changed."""
-    st = os.lstat(path)
-    changed = False
-    if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
-        os.lchown(path, -1 if uid is None else uid, -1 if gid is None else gid)
-        changed = True
-    if (st.st_mode & 0o7777) != mode:
-        os.chmod(path, mode)
-        changed = True
-    return changed
-
-
 def attribute_targets(dest, relpaths, file_mode):
     """(path, mode) for dest, the directories below it that hold model files, every file and the
-    manifest: everything the service user must be able to read."""
+    manifest: everything the service user must be able to read. The module sets owner, group and
+    these modes with AnsibleModule.set_fs_attributes_if_different."""
     directories = {dest}
     for rel in relpaths:
         parent = os.path.dirname(rel)
@@ -638,20 +635,6 @@ def attribute_targets(dest, relpaths, file_mode):
     return targets
 
 
-def attributes_differ(targets, uid, gid):
-    """Paths among targets whose owner, group or mode differ from the wanted ones."""
-    differ = []
-    for path, mode in targets:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid) \
-                or (st.st_mode & 0o7777) != mode:
-            differ.append(path)
-    return differ
-
-
 # ----------------------------------------------------------------------------- progress
 
 class Progress(object):
@@ -661,7 +644,7 @@ class Progress(object):
     document; ``updated`` tells a poller whether the fetch is still alive.
     """
 
-    def __init__(self, path, repo_id, commit, dest, bytes_total, bytes_present, files_total, uid=None, gid=None):
+    def __init__(self, path, repo_id, commit, dest, bytes_total, bytes_present, files_total):
         self.path = path
         self.lock = threading.Lock()
         self.doc = {"repo_id": repo_id, "commit": commit, "dest": dest, "pid": os.getpid(), "phase": "planning",
@@ -669,7 +652,6 @@ class Progress(object):
                     "bytes_present_at_start": bytes_present, "bytes_done": bytes_present, "downloaded_bytes": 0,
                     "rate_bytes_per_s": 0, "files_total": files_total, "files_done": 0, "current_files": [],
                     "error": None}
-        self.uid, self.gid = uid, gid
         self.in_flight = {}
         self.samples = collections.deque()
         self.stop_event = threading.Event()
@@ -1050,15 +1032,20 @@ class Fetch(object):
     and only then renamed into dest (with its owner/group/mode). A file that fails verification is
     deleted and fetched once more from byte 0; failing again stops the fetch naming the file. The
     manifest is not this class's job: the caller writes it only when every file is in place.
+
+    ``set_attributes(path, mode)`` gives a verified file its owner, group and ``file_mode`` before
+    it is renamed into dest (the module passes AnsibleModule.set_fs_attributes_if_different with
+    its owner/group); None leaves the files as they were written.
     """
 
-    def __init__(self, hub, repo_id, commit, dest, remote_files, progress, uid, gid, file_mode, workers,
-                 verified=None):
+    def __init__(self, hub, repo_id, commit, dest, remote_files, progress, file_mode, workers, verified=None,
+                 set_attributes=None):
         self.hub = hub
         self.repo_id, self.commit, self.dest = repo_id, commit, dest
         self.remote = dict((r["path"], r) for r in remote_files)
         self.progress = progress
-        self.uid, self.gid, self.file_mode = uid, gid, file_mode
+        self.file_mode = file_mode
+        self.set_attributes = set_attributes
         self.workers = workers
         self.verified_path = os.path.join(partial_dir(dest), VERIFIED_NAME)
         # Records the caller trusts (this fetch's earlier runs, or the manifest being repaired), saved
@@ -1088,7 +1075,8 @@ class Fetch(object):
         parent = os.path.dirname(final)
         if not os.path.isdir(parent):
             os.makedirs(parent, exist_ok=True)
-        apply_attributes(source, self.uid, self.gid, self.file_mode)
+        if self.set_attributes is not None:
+            self.set_attributes(source, self.file_mode)
         os.replace(source, final)
 
     def keep(self, relpath):

@@ -380,6 +380,8 @@ class HfModel(object):
         self.uid = hub.resolve_uid(self.params['owner'])
         self.gid = hub.resolve_gid(self.params['group'])
         self.file_mode = hub.parse_mode(self.params['mode'])
+        # owner and group for Ansible's own attribute setter; the mode is given per path (set_attributes).
+        self.file_args = module.load_file_common_arguments(self.params, path=self.models_root)
         self.client = None
         self.actions = []
         self.result = dict(changed=False, repo_id=self.repo_id, revision=self.revision,
@@ -548,8 +550,11 @@ class HfModel(object):
         except OSError:
             pass
         lock = hub.lock_fetch(dest)
+        # dest's own owner/group/mode first, here in the main thread: a chown the module may not do
+        # fails now, cleanly, rather than in a download thread.
+        self.set_attributes(dest, hub.dir_mode(self.file_mode))
         progress = hub.Progress(progress_file, self.repo_id, commit, dest, plan['bytes_total'], plan['bytes_present'],
-                                len(remote), uid=None, gid=None)
+                                len(remote))
         progress.start()
         progress.phase('downloading')
         t0 = time.monotonic()
@@ -559,8 +564,8 @@ class HfModel(object):
                     os.unlink(os.path.join(dest, hub.safe_relpath(path)))
                 except OSError:
                     pass
-            fetch = hub.Fetch(client_or_fail(self.client), self.repo_id, commit, dest, remote, progress, self.uid,
-                              self.gid, self.file_mode, self.params['max_workers'], verified=verified)
+            fetch = hub.Fetch(client_or_fail(self.client), self.repo_id, commit, dest, remote, progress, self.file_mode,
+                              self.params['max_workers'], verified=verified, set_attributes=self.set_attributes)
             digests = fetch.run(plan['actions'])
             progress.phase('writing manifest')
             files = hub.manifest_files(remote, digests)
@@ -568,7 +573,7 @@ class HfModel(object):
                                              self.ignore, files)
             hub.write_json_atomic(hub.manifest_path(dest), manifest, mode=self.file_mode, uid=self.uid, gid=self.gid)
             for path, mode in hub.attribute_targets(dest, [f['path'] for f in remote], self.file_mode):
-                hub.apply_attributes(path, self.uid, self.gid, mode)
+                self.set_attributes(path, mode)
             shutil.rmtree(hub.partial_dir(dest), ignore_errors=True)
         except BaseException as exc:
             progress.finish('failed', error=str(exc) if isinstance(exc, hub.HubError) else type(exc).__name__)
@@ -583,17 +588,19 @@ class HfModel(object):
                            restarted=sorted(fetch.restarted), transfers=fetch.transfers,
                            throughput_bytes_per_s=int(downloaded / seconds) if downloaded and seconds > 0 else 0)
 
+    def set_attributes(self, path, mode):
+        """Owner, group (the module's options) and mode on path where they differ; True when they did.
+        In check mode nothing is changed, and True still says that something would be."""
+        return self.module.set_fs_attributes_if_different(dict(self.file_args, path=path, mode=mode), False)
+
     def fix_attributes(self, dest, relpaths):
         """A complete version whose owner/group/mode drifted is fixed (changed), never re-downloaded."""
-        targets = hub.attribute_targets(dest, relpaths, self.file_mode)
-        differ = hub.attributes_differ(targets, self.uid, self.gid)
+        differ = [path for path, mode in hub.attribute_targets(dest, relpaths, self.file_mode)
+                  if os.path.lexists(path) and self.set_attributes(path, mode)]
         if not differ:
             return
         self.actions.append('set owner/group/mode on %d paths' % len(differ))
         self.result['changed'] = True
-        if not self.module.check_mode:
-            for path, mode in targets:
-                hub.apply_attributes(path, self.uid, self.gid, mode)
 
     def prune(self, dest):
         protected = self.protected()

@@ -800,10 +800,19 @@ def test_owner_group_and_mode(vllm_python, hub_url, tmp_path):
         assert stat.S_IMODE(st.st_mode) == (0o750 if entry.is_dir() else 0o640), entry
     assert fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="same", **args)["changed"] is False
     os.chmod(path / "config.json", 0o600)
+    os.chown(path / "model.safetensors", 0, -1)
+    checked = Play(tmp_path, {"repo_id": f"{ORG}/tiny-qwen3-chat", "endpoint": hub_url, **args}, check=True,
+                   name="check").run()
+    assert checked["changed"] is True and checked["actions"] == ["set owner/group/mode on 2 paths"]
+    assert stat.S_IMODE((path / "config.json").stat().st_mode) == 0o600  # check mode changes nothing
+    assert (path / "model.safetensors").stat().st_uid == 0
     fixed = fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="fixed", **args)
     assert fixed["changed"] is True and fixed["downloaded_bytes"] == 0
-    assert fixed["actions"] == ["set owner/group/mode on 1 paths"]
+    assert fixed["actions"] == ["set owner/group/mode on 2 paths"]
     assert stat.S_IMODE((path / "config.json").stat().st_mode) == 0o640
+    assert (path / "model.safetensors").stat().st_uid == uid
+    unknown = fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="unknown", **dict(args, owner="no-such-user-llmops"))
+    assert unknown["failed"] is True and "owner 'no-such-user-llmops': no such user" in unknown["msg"]
 
 
 # ----------------------------------------------------------------------------- the role

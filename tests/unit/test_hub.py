@@ -377,16 +377,12 @@ def test_owner_and_group_resolution():
     assert "'no-such-user-llmops'" in str(err.value)
 
 
-def test_attributes(tmp_path):
+def test_attribute_targets_cover_dest_its_directories_files_and_manifest(tmp_path):
     dest = str(tmp_path / "v")
-    write_version(dest, {"config.json": b"{}", "sub/m.bin": b"1"})
-    os.chmod(os.path.join(dest, "sub", "m.bin"), 0o600)
-    targets = hub.attribute_targets(dest, ["config.json", "sub/m.bin"], 0o644)
-    assert (dest, 0o755) in targets and (os.path.join(dest, "sub"), 0o755) in targets
-    assert (hub.manifest_path(dest), 0o644) in targets
-    assert hub.attributes_differ(targets, None, None) == [os.path.join(dest, "sub", "m.bin")]
-    assert hub.apply_attributes(os.path.join(dest, "sub", "m.bin"), None, None, 0o644) is True
-    assert hub.attributes_differ(targets, None, None) == []
+    targets = hub.attribute_targets(dest, ["config.json", "sub/deeper/m.bin"], 0o640)
+    assert targets == [(dest, 0o750), (os.path.join(dest, "sub"), 0o750), (os.path.join(dest, "sub", "deeper"), 0o750),
+                       (os.path.join(dest, "config.json"), 0o640), (os.path.join(dest, "sub", "deeper", "m.bin"), 0o640),
+                       (hub.manifest_path(dest), 0o640)]
 
 
 # ----------------------------------------------------------------------------- progress
@@ -476,13 +472,14 @@ class FakeHub(object):
         return False
 
 
-def run_fetch(dest, remote, fake, verified=None):
+def run_fetch(dest, remote, fake, verified=None, set_attributes=None):
     os.makedirs(dest, exist_ok=True)
     lock = hub.lock_fetch(dest)
     progress = hub.Progress(hub.progress_path(dest), "o/n", COMMIT_A, dest, sum(r["size"] for r in remote), 0,
                             len(remote))
     try:
-        fetch = hub.Fetch(fake, "o/n", COMMIT_A, dest, remote, progress, None, None, 0o644, 2, verified=verified)
+        fetch = hub.Fetch(fake, "o/n", COMMIT_A, dest, remote, progress, 0o644, 2, verified=verified,
+                          set_attributes=set_attributes)
         plan = hub.plan_fetch(remote, hub.scan_local(dest, remote), fetch.verified)
         return fetch, fetch.run(plan["actions"])
     finally:
@@ -510,6 +507,24 @@ def test_fetch_places_only_verified_files_and_resumes_a_partial(tmp_path):
     again = FakeHub({"config.json": b"{}", "model.safetensors": weights})
     fetch2, _ignored = run_fetch(dest, remote, again)
     assert again.calls == [] and fetch2.progress.doc["downloaded_bytes"] == 0
+
+
+def test_fetch_sets_attributes_before_a_file_enters_dest(tmp_path):
+    """The module's attribute setter (AnsibleModule.set_fs_attributes_if_different) sees each verified
+    file while it is still in the 0700 work area: no file is ever in dest with other attributes."""
+    dest = str(tmp_path / "v")
+    seen = []
+
+    def set_attributes(path, mode):
+        assert path.startswith(os.path.join(dest, hub.PARTIAL_DIR) + os.sep), path
+        seen.append((os.path.basename(path), mode))
+        os.chmod(path, 0o600)
+
+    remote = [remote_file("config.json", b"{}"), remote_file("sub/m.bin", b"1" * 100, lfs=True)]
+    run_fetch(dest, remote, FakeHub({"config.json": b"{}", "sub/m.bin": b"1" * 100}), set_attributes=set_attributes)
+    assert sorted(seen) == [("config.json.part", 0o644), ("m.bin.part", 0o644)]
+    for rel in ("config.json", "sub/m.bin"):
+        assert stat.S_IMODE(os.stat(os.path.join(dest, rel)).st_mode) == 0o600
 
 
 def test_fetch_refetches_a_corrupt_download_once(tmp_path):
