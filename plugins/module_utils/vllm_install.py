@@ -194,7 +194,8 @@ def read_flags(package_dir):
                     flags.add(flag)
             elif isinstance(node, ast.ClassDef) and node.name in ARG_CLASSES:
                 for item in node.body:
-                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    # Private fields (_api_process_count) are no flags: vLLM skips them.
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and not item.target.id.startswith("_"):
                         flags.add("--" + item.target.id.replace("_", "-"))
     return (sorted(flags) if sources else None), sources
 

