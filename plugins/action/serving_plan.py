@@ -37,9 +37,11 @@ class ActionModule(ActionBase):
             return result
         # The result is the contract (contracts.ServingPlanResult): the plan, and its warnings again as
         # plan_warnings, because Ansible consumes a result's `warnings` (it shows them).
+        if not plan.fits and args['fail_on_no_fit']:
+            # A refusal is read by a person: the reason with the nearest option, not the whole plan.
+            result.update(failed=True, changed=False, fits=False, layout=plan.layout, error=plan.error,
+                          msg="serving plan: %s" % plan.error)
+            return result
         result.update(ServingPlanResult(plan_warnings=list(plan.warnings), **plan.model_dump()).model_dump())
         result['changed'] = False
-        if not plan.fits and args['fail_on_no_fit']:
-            result['failed'] = True
-            result['msg'] = "serving plan: %s" % plan.error
         return result

@@ -53,8 +53,9 @@ options:
     default: {}
   fail_on_no_fit:
     description:
-      - Fail the task when the model does not fit. With C(false) the plan is returned with RV(fits=false)
-        and RV(error).
+      - Fail the task when the model does not fit; the failed result then holds only RV(fits), RV(layout)
+        and RV(error) (what is missing and the nearest option that would fit), not the whole plan.
+      - With C(false) the whole plan is returned with RV(fits=false) and RV(error).
     type: bool
     default: true
 attributes:

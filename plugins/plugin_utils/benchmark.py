@@ -24,6 +24,8 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import plan_layout
+
 SCHEMA = 1
 RUN_KIND = "llmops.vllm.benchmark"
 REPORT_KIND = "llmops.vllm.benchmark_report"
@@ -253,14 +255,10 @@ def summary_line(new: Dict[str, Any], old: Optional[Dict[str, Any]], comparison:
 # ----------------------------------------------------------------------------- report
 
 def plan_summary(plan: Optional[Dict[str, Any]]) -> str:
-    """``cuda TP=4 +EP, GPUs 0,1,2,3 (NUMA node 0)`` / ``cpu TP=1``: the layout behind a number."""
+    """``cuda TP=4+EP, GPUs 0,1,2,3 (NUMA node 0)`` / ``cpu``: the layout behind a number."""
     if not plan:
         return "-"
-    text = "%s TP=%s" % (plan.get("device", "?"), plan.get("tensor_parallel_size", "?"))
-    if _int_or_none(plan.get("data_parallel_size")) not in (None, 1):
-        text += " DP=%s" % plan["data_parallel_size"]
-    if str(plan.get("enable_expert_parallel")).lower() == "true":
-        text += " +EP"
+    text = plan_layout(plan) if plan.get("device") == "cpu" else "%s %s" % (plan.get("device", "?"), plan_layout(plan))
     gpus = plan.get("gpu_indices")
     if gpus:
         text += ", GPUs %s" % ",".join(str(g) for g in gpus)

@@ -59,6 +59,25 @@ def layout_label(device, tensor_parallel_size, data_parallel_size=1, enable_expe
     return label
 
 
+def plan_layout(plan):
+    """The layout label of a plan document: its own ``layout``, or (for a plan stored before plans carried
+    one, e.g. in an older state file or benchmark run) the label of its sizes; ``-`` for no plan."""
+    plan = plan or {}
+    if plan.get("layout"):
+        return str(plan["layout"])
+    if not plan.get("device"):
+        return "-"
+
+    def number(key):
+        try:
+            return int(plan.get(key) or 1)
+        except (TypeError, ValueError):
+            return 1
+
+    return layout_label(plan["device"], number("tensor_parallel_size"), number("data_parallel_size"),
+                        str(plan.get("enable_expert_parallel")).lower() == "true")
+
+
 # --------------------------------------------------------------------------- the flag gate
 
 
@@ -480,6 +499,46 @@ class DesiredStateResult(_Result):
     check_mode: bool = False
 
 
+class StateEntry(_Result):
+    """One model a host serves, as its state file records it (module_utils/host_state.py ENTRY_KEYS)."""
+    name: str
+    unit: str
+    repo_id: str
+    revision: str
+    commit: str
+    path: str
+    served_model_name: str
+    bind: str
+    port: int
+    since: str
+    plan: Dict[str, Any]
+
+
+class HostStateDocument(_Result):
+    """The host's state file, schema 1 (module_utils/host_state.py)."""
+    schema_version: int = Field(alias="schema")
+    models: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    previous: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    history: List[Dict[str, Any]] = Field(default_factory=list)
+    lock: Optional[Dict[str, Any]] = None
+
+
+class TextDiff(_Result):
+    before: str
+    after: str
+
+
+class VllmStateResult(_Result):
+    """vllm_state: the host's state, the entries it serves and, for a change, the file's diff."""
+    state: Optional[HostStateDocument] = None
+    models: List[StateEntry] = Field(default_factory=list)
+    current: Optional[Dict[str, Any]] = None
+    migrated: bool = False
+    state_file: str
+    diff: Optional[TextDiff] = None
+    problems: Optional[List[str]] = None
+
+
 class HfModelResult(_Result):
     """hf_model: one pinned, verified version of a hub repository."""
     path: Optional[str] = None
@@ -564,4 +623,5 @@ MODULE_CONTRACTS = {
     "hf_model": HfModelResult,
     "vllm_ready": VllmReadyResult,
     "benchmark_report": BenchmarkReportResult,
+    "vllm_state": VllmStateResult,
 }

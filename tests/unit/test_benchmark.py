@@ -216,7 +216,7 @@ def test_failed_requests_of_the_new_run_are_noted():
 
 PLAN = {"device": "cuda", "tensor_parallel_size": 4, "data_parallel_size": 1, "enable_expert_parallel": True,
         "gpu_indices": [0, 1, 2, 3], "numa_node": 0, "max_model_len": 32768, "kv_cache_tokens": 412000,
-        "reasons": ["TP=4 + EP: the smallest layout that fits on one NUMA node",
+        "reasons": ["TP=4+EP: the smallest layout that fits on one NUMA node",
                     "MiniMax-M2.5 1536 / 8 = 192 is not a multiple of 128: TP=8 alone is invalid"],
         "plan_warnings": ["no facts from the host's vLLM"]}
 ROLLOUT = {"status": "ok", "commit": "5bd8b0e1aaaabbbbcccc", "desired": {"repo_id": "MiniMaxAI/MiniMax-M2.5",
@@ -252,7 +252,7 @@ def test_markdown_report_content(tmp_path):
     assert "| 1 | 61.0 -> 95.0 | 1.56 |" in text
     assert "| 128 (gate) | 1,239.0 -> 4,003.2 | 3.23 |" in text
     assert "![output tok/s against concurrency](20260302T093000Z-kimi-k2-5-to-minimax-m2-5.png)" in text
-    assert "| plan | - | cuda TP=4 +EP, GPUs 0,1,2,3 (NUMA node 0) |" in text
+    assert "| plan | - | cuda TP=4+EP, GPUs 0,1,2,3 (NUMA node 0) |" in text
     assert "| vLLM | vllm 0.33.0 | vllm 0.33.0 |" in text
     stored = load(result["json"])
     assert stored["kind"] == benchmark.REPORT_KIND and stored["ratio"] == result["ratio"]
@@ -328,8 +328,13 @@ def test_the_new_run_must_be_a_run(tmp_path):
 
 def test_plan_summary():
     assert benchmark.plan_summary({"device": "cpu", "tensor_parallel_size": 1, "data_parallel_size": 1,
-                                   "enable_expert_parallel": False, "gpu_indices": [], "numa_node": None}) == "cpu TP=1"
+                                   "enable_expert_parallel": False, "gpu_indices": [], "numa_node": None}) == "cpu"
     assert benchmark.plan_summary({"device": "cuda", "tensor_parallel_size": 8, "data_parallel_size": 2,
                                    "enable_expert_parallel": "True", "gpu_indices": [0, 1], "numa_node": 1}) == \
-        "cuda TP=8 DP=2 +EP, GPUs 0,1 (NUMA node 1)"
+        "cuda TP=8+EP x DP=2, GPUs 0,1 (NUMA node 1)"
     assert benchmark.plan_summary(None) == "-"
+
+
+def test_plan_summary_prefers_the_plans_own_label():
+    assert benchmark.plan_summary({"device": "cuda", "layout": "TP=2 x DP=4", "tensor_parallel_size": 8,
+                                   "gpu_indices": [0]}) == "cuda TP=2 x DP=4, GPUs 0"

@@ -24,7 +24,7 @@ MODULES = sorted(f[:-3] for f in os.listdir(MODULES_DIR) if f.endswith(".py") an
 ANSIBLE_KEYS = {"changed", "failed", "msg", "diff", "warnings", "invocation", "skipped"}
 # Modules being written while their contract is not in contracts.MODULE_CONTRACTS yet: name -> who fills it.
 # Remove the entry when the model is added (test_pending_contracts_are_really_pending fails until then).
-PENDING_CONTRACTS = {"vllm_state": "the vllm_state module's author: add its result model to contracts.MODULE_CONTRACTS"}
+PENDING_CONTRACTS = {}
 RECORDED = [os.path.join(FIXTURES, "vllm", name) for name in sorted(os.listdir(os.path.join(FIXTURES, "vllm")))
             if name.endswith(".release.json")]
 
