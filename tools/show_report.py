@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Print the latest rollout report of every host under a reports directory as a Markdown summary.
+"""Print the latest rollout report of every host under a reports directory: one table for the fleet,
+then each host's summary lines (the benchmark's full Markdown stays in its file; its path is shown).
 
     tools/show_report.py [reports]
 """
@@ -7,39 +8,25 @@ import json
 import os
 import sys
 
-
-def line(host, report):
-    before = report.get("before") or {}
-    timings = report.get("timings") or {}
-    plan = report.get("plan") or {}
-    layout = "%s TP=%s" % (plan.get("device", "?"), plan.get("tensor_parallel_size", "?"))
-    return "| %s | %s | %s | %s@%s | %s | %s | %s | %s |" % (
-        host, report.get("status"), before.get("unit", "-"),
-        (report.get("desired") or {}).get("repo_id", "?"), (report.get("commit") or "?")[:12], layout,
-        timings.get("downtime_gap_s"), timings.get("time_to_ready_s"), timings.get("download_s"))
+from ansible_collections.llmops.vllm.plugins.plugin_utils.report import fleet_table, summary_lines
 
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "reports"
-    rows, benchmarks = [], []
+    reports = []
     for host in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         path = os.path.join(root, host, "latest.json")
         if os.path.exists(path):
             with open(path) as handle:
-                report = json.load(handle)
-            rows.append(line(host, report))
-            markdown = (report.get("benchmark") or {}).get("markdown")
-            if markdown and os.path.exists(markdown):
-                benchmarks.append(open(markdown).read())
-    if not rows:
+                reports.append((host, json.load(handle), path))
+    if not reports:
         print("no rollout reports under %s" % root)
         return 1
-    print("| host | status | retired | serves now | plan | downtime gap s | new model ready s | download s |")
-    print("|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    for markdown in benchmarks:
+    print("\n".join(fleet_table((host, report) for host, report, _ in reports)))
+    for host, report, path in reports:
         print()
-        print(markdown)
+        print("%s:" % host)
+        print("\n".join("  " + line for line in summary_lines(report, path)))
     return 0
 
 

@@ -28,5 +28,8 @@ class ActionModule(ActionBase):
             result['model'] = desired_state.validate_model(args['model'], args['variable'])
         except PlanInputError as exc:
             result.update(failed=True, msg="desired state: %s" % exc)
+        # The effective check mode of this task: --check, or a play with check_mode (playbooks/plan.yml).
+        # ansible_check_mode only reflects the command line, so the roles read it from here.
+        result['check_mode'] = bool(self._play_context.check_mode)
         result['changed'] = False
         return result

@@ -27,12 +27,13 @@ import ipaddress
 import re
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state
 # pydantic, or the planner's stand-ins when it is missing (the planner then says what to install).
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import (
     PYDANTIC_IMPORT_ERROR, BaseModel, ConfigDict, Field, PlanInputError, PlanRequest, ValidationError,
     field_validator, model_validator)
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+NAME_RE = host_state.NAME_RE
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
 # Planner choices a host may pin; the rest of PlanRequest is filled in by the rollout itself.
@@ -141,7 +142,7 @@ class DesiredModel(BaseModel):
 
     @property
     def unit(self):
-        return "vllm-%s.service" % self.name
+        return host_state.unit_name(self.name)
 
 
 def _messages(exc, root):

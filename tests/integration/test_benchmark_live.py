@@ -176,13 +176,12 @@ QWEN_PLAY = """---
   gather_facts: false
   tasks:
     - name: What the host serves
-      ansible.builtin.slurp:
-        src: /var/lib/llmops-vllm/state.json
-      register: state_raw
+      llmops.vllm.vllm_state:
+      register: host_state
 
     - name: Current model
       ansible.builtin.set_fact:
-        current: "{{{{ (state_raw.content | b64decode | from_json).current }}}}"
+        current: "{{{{ host_state.current }}}}"
 
     - name: Sweep
       ansible.builtin.include_role:

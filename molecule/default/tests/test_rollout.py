@@ -4,6 +4,9 @@ import os
 import re
 import urllib.request
 
+import pytest
+import yaml
+
 
 A, B = "vllm-tiny-llama.service", "vllm-tiny-qwen3.service"
 PORT = 8000
@@ -15,6 +18,20 @@ def measured(line):
     os.makedirs(os.path.join(PROJECT, "out"), exist_ok=True)
     with open(os.path.join(PROJECT, "out", "measurements.txt"), "a") as handle:
         handle.write(line + "\n")
+
+
+def host_overrides(name):
+    """The inventory's host_vars of a sandbox host (llmops-2 overrides the service user and state dir)."""
+    path = os.path.join(PROJECT, "inventories", "sandbox", "host_vars", name + ".yml")
+    return yaml.safe_load(open(path)) if os.path.exists(path) else {}
+
+
+def service_user(host):
+    return host_overrides(host.check_output("hostname").strip()).get("rollout_user", "vllm")
+
+
+def state_dir(host):
+    return host_overrides(host.check_output("hostname").strip()).get("rollout_state_dir", "/var/lib/llmops-vllm")
 
 
 def address(host):
@@ -37,10 +54,10 @@ def test_new_model_running_enabled_as_the_service_user(host):
     if not b.is_running:
         print(host.run("journalctl -u %s --no-pager -n 80" % B).stdout)
     assert b.is_running and b.is_enabled
-    user = host.user("vllm")
+    user = host.user(service_user(host))
     assert user.exists and user.home == "/var/lib/llmops-vllm" and user.uid < 1000
     main_pid = show(host, B, "MainPID")["MainPID"]
-    assert host.check_output("ps -o user= -p %s" % main_pid).strip() == "vllm"
+    assert host.check_output("ps -o user= -p %s" % main_pid).strip() == service_user(host)
 
 
 def test_unit_content(host):
@@ -64,7 +81,7 @@ def test_hardening_as_systemd_sees_it(host):
     assert props["SystemCallArchitectures"] == "native" and props["UMask"] == "0077"
     assert props["Restart"] == "always" and props["StartLimitBurst"] == "10"
     assert props["StartLimitIntervalUSec"] == "10min" and props["LimitNOFILE"] == "20000"
-    assert props["User"] == "vllm" and props["ProtectProc"] == "invisible"
+    assert props["User"] == service_user(host) and props["ProtectProc"] == "invisible"
     exposure = host.check_output("systemd-analyze security %s --no-pager | tail -1" % B)
     measured("sandbox unit %s: %s" % (B, exposure))
     assert float(re.search(r"exposure level for \S+: ([0-9.]+)", exposure).group(1)) < 3.0
@@ -84,12 +101,15 @@ def test_answers_from_the_controller(host):
 
 
 def test_state_file_records_the_swap(host):
-    state_file = host.file("/var/lib/llmops-vllm/state.json")
+    state_file = host.file(state_dir(host) + "/state.json")
     assert state_file.mode == 0o644
     state = json.loads(state_file.content_string)
-    assert state["current"]["unit"] == B and state["current"]["revision"] == "main"
-    assert re.fullmatch(r"[0-9a-f]{40}", state["current"]["commit"])
-    assert state["previous"]["unit"] == A and state["previous"]["revision"] == "v1.0"
+    assert state["schema"] == 1 and list(state["models"]) == ["tiny-qwen3"]
+    current = state["models"]["tiny-qwen3"]
+    assert current["unit"] == B and current["revision"] == "main" and current["plan"]["layout"] == "cpu"
+    assert re.fullmatch(r"[0-9a-f]{40}", current["commit"])
+    assert state["previous"]["tiny-llama"]["unit"] == A and state["previous"]["tiny-llama"]["revision"] == "v1.0"
+    assert [entry["name"] for entry in state["history"][:2]] == ["tiny-qwen3", "tiny-llama"]
 
 
 def test_report_on_the_controller(host):
@@ -120,3 +140,58 @@ def test_gpu_example_unit_verifies_and_keeps_the_gpus(host):
     exposure = host.check_output("systemd-analyze security --offline=yes %s --no-pager | tail -1" % path)
     measured("GPU example unit: %s" % exposure)
     assert float(re.search(r"exposure level for \S+: ([0-9.]+)", exposure).group(1)) < 5.0
+
+
+def preview(kind):
+    """The JSON callback's record of a preview run in the prepare step: kind plan (plan.yml --diff) or
+    check (rollout.yml --check --diff)."""
+    return json.load(open(os.path.join(PROJECT, "out", "preview-%s.json" % kind)))
+
+
+def preview_units(run):
+    """{host: unit text} of the vllm-*.service template diffs in a preview."""
+    units = {}
+    for play in run["plays"]:
+        for task in play["tasks"]:
+            for name, result in task["hosts"].items():
+                diffs = result.get("diff") or []
+                for diff in diffs if isinstance(diffs, list) else [diffs]:
+                    if str(diff.get("after_header", "")).endswith(B):
+                        units[name] = diff["after"]
+    return units
+
+
+@pytest.mark.parametrize("kind", ["plan", "check"])
+def test_the_preview_shows_the_unit_the_rollout_wrote(host, kind):
+    """plan.yml is the rollout's own path in check mode: byte for byte the same unit, also on llmops-2,
+    whose inventory overrides rollout_user and rollout_state_dir."""
+    name = host.check_output("hostname").strip()
+    run = preview(kind)
+    assert run["stats"][name]["failures"] == 0 and run["stats"][name]["unreachable"] == 0
+    written = host.file("/etc/systemd/system/" + B).content_string
+    assert preview_units(run)[name] == written
+    overrides = host_overrides(name)
+    if overrides:
+        assert "User=%s" % overrides["rollout_user"] in written
+        assert "WorkingDirectory=%s" % overrides["rollout_state_dir"] in written
+
+
+PROBES = ("Probe GPUs, NUMA nodes and links", "Read what the installed vLLM can do", "Read the model's config",
+          "Plan how to serve it on this host", "The weights fit on disk (nothing is downloaded here)", "Who listens on the port",
+          "What the host serves now (its state file, migrated when an older release wrote it)")
+
+
+def test_the_preview_starts_nothing_and_probes_change_nothing(host):
+    name = host.check_output("hostname").strip()
+    results = {}
+    for play in preview("plan")["plays"]:
+        for task in play["tasks"]:
+            if name in task["hosts"]:
+                results.setdefault(task["task"]["name"], []).append(task["hosts"][name])
+    for probe in PROBES:
+        assert probe in results, "%s did not run in the preview" % probe
+        assert not any(r.get("changed") for r in results[probe]), "%s reported changed" % probe
+    for started in ("Start the new model", "Gate it on real answers", "Enable and start (restart when the unit changed); the gate waits for the load",
+                    "Wait until the model really answers", "Fetch the new weights while the old model still serves (the preflight checked the disk for a preview)"):
+        assert all(r.get("skipped") for r in results.get(started, [])), "%s ran in the preview" % started
+    assert results["Stop and disable the unit"][0].get("changed") is True  # it shows that it would stop model A

@@ -1,4 +1,4 @@
-"""After five bad rollouts: model A serves as before."""
+"""After six bad rollouts: model A serves as before."""
 import json
 import os
 
@@ -8,8 +8,8 @@ PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.path.join(os.path.dirn
 def test_every_bad_rollout_ran_and_failed():
     runs = json.load(open(os.path.join(PROJECT, "out", "preflight-runs.json")))
     assert sorted(case["what"] for case, rc in runs) == sorted([
-        "unknown tool-call parser", "a model that cannot fit", "a port in use", "a missing revision",
-        "an invalid document"])
+        "unknown tool-call parser", "a model that cannot fit", "a flag the installed vLLM does not have", "a port in use",
+        "a missing revision", "an invalid document"])
     assert all(rc == 2 for case, rc in runs)
 
 
@@ -17,4 +17,5 @@ def test_old_model_untouched(host):
     assert host.service("vllm-tiny-llama.service").is_running
     assert not host.file("/etc/systemd/system/vllm-tiny-qwen3.service").exists
     state = json.loads(host.file("/var/lib/llmops-vllm/state.json").content_string)
-    assert state["current"]["unit"] == "vllm-tiny-llama.service"
+    assert state["schema"] == 1 and list(state["models"]) == ["tiny-llama"]
+    assert state["models"]["tiny-llama"]["unit"] == "vllm-tiny-llama.service"

@@ -27,7 +27,8 @@ def test_the_run_said_why():
 
 def test_state_file_still_names_the_old_model(host):
     state = json.loads(host.file("/var/lib/llmops-vllm/state.json").content_string)
-    assert state["current"]["unit"] == "vllm-tiny-llama.service"
+    assert state["schema"] == 1 and list(state["models"]) == ["tiny-llama"]
+    assert state["models"]["tiny-llama"]["unit"] == "vllm-tiny-llama.service"
 
 
 def reports():

@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a rollout tells a person: a few summary lines per host and one table for the fleet.
+
+The report itself (reports/<host>/latest.json, written by the rollout role) keeps everything; these
+functions only choose what to show. Phases that did not run are left out rather than shown as null,
+and the benchmark's Markdown stays in its file: the terminal gets its verdict and its path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import plan_layout
+
+# Report timing keys in the order they happen, with the words a person reads.
+PHASES: Tuple[Tuple[str, str], ...] = (
+    ("download_s", "download"),
+    ("retire_s", "retire"),
+    ("time_to_ready_s", "load to ready"),
+    ("downtime_gap_s", "downtime gap"),
+    ("rollback_s", "rollback"),
+    ("total_s", "total"),
+)
+
+
+def report_plan(plan: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The plan as a report keeps it: every key of the contract but the candidates table (the CLI shows that)."""
+    return {key: value for key, value in (plan or {}).items() if key not in ("candidates", "changed", "failed", "msg")}
+
+
+def phases(timings: Optional[Dict[str, Any]]) -> List[Tuple[str, float]]:
+    """(words, seconds) of the phases that ran, in order."""
+    timings = timings or {}
+    shown = []
+    for key, words in PHASES:
+        value = timings.get(key)
+        if value is None or value == "":
+            continue
+        try:
+            shown.append((words, float(value)))
+        except (TypeError, ValueError):
+            continue
+    return shown
+
+
+def _serves(report: Dict[str, Any]) -> str:
+    desired = report.get("desired") or {}
+    commit = report.get("commit") or ""
+    return "%s@%s" % (desired.get("repo_id", "?"), commit[:12] or "?")
+
+
+def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
+    """A handful of lines for the end of a rollout: status, plan, what was retired, phases, benchmark, files."""
+    desired = report.get("desired") or {}
+    plan = report.get("plan") or {}
+    before = report.get("before") or {}
+    lines = ["%s: %s as %s" % (report.get("status", "?"), _serves(report), desired.get("unit", "?"))]
+    if report.get("error"):
+        lines.append("error: %s" % " ".join(str(report["error"]).split()))
+    if plan:
+        gpus = ",".join(str(i) for i in plan.get("gpu_indices") or []) or "-"
+        lines.append("plan: %s on GPUs %s, max_model_len %s, KV cache %s tokens"
+                     % (plan_layout(plan), gpus, plan.get("max_model_len", "?"), plan.get("kv_cache_tokens", "?")))
+    if before.get("unit") and before.get("unit") != desired.get("unit"):
+        lines.append("retired: %s (%s)" % (before["unit"], before.get("repo_id", "?")))
+    shown = phases(report.get("timings"))
+    if shown:
+        lines.append("phases: " + ", ".join("%s %.1f s" % (words, seconds) for words, seconds in shown))
+    benchmark = report.get("benchmark") or {}
+    if benchmark.get("summary"):
+        lines.append("benchmark: %s" % benchmark["summary"])
+        if benchmark.get("markdown"):
+            lines.append("benchmark report: %s" % benchmark["markdown"])
+    if report_path:
+        lines.append("report: %s" % report_path)
+    return lines
+
+
+def fleet_table(reports: Iterable[Tuple[str, Dict[str, Any]]]) -> List[str]:
+    """One Markdown row per host: status, what it retired and serves now, the layout, the phases that ran."""
+    rows = ["| host | status | retired | serves now | layout | downtime gap s | load to ready s | download s |",
+            "|---|---|---|---|---|---|---|---|"]
+    for host, report in reports:
+        timings = report.get("timings") or {}
+        before = report.get("before") or {}
+
+        def seconds(key, timings=timings):
+            value = timings.get(key)
+            return "-" if value is None or value == "" else "%.1f" % float(value)
+
+        rows.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            host, report.get("status", "?"), before.get("unit") or "-", _serves(report), plan_layout(report.get("plan")),
+            seconds("downtime_gap_s"), seconds("time_to_ready_s"), seconds("download_s")))
+    return rows
