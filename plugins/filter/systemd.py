@@ -15,9 +15,12 @@ __metaclass__ = type
 SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:@+")
 
 
-def _escape(word):
-    # Specifiers (%) and variable expansion ($) are systemd's; double them so they stay literal.
-    return word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+def _escape(word, expands_variables=True):
+    # Specifiers (%) are systemd's everywhere, variable expansion ($) only in command lines: double them
+    # so they stay literal. Line breaks and tabs become C escapes so the value stays on its line.
+    word = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    word = word.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return word.replace("$", "$$") if expands_variables else word
 
 
 def systemd_quote(word):
@@ -40,7 +43,8 @@ def systemd_exec(argv):
 
 def systemd_environment(env):
     """A dict as Environment= assignments, one quoted KEY=value per item, sorted."""
-    return ['"%s"' % _escape("%s=%s" % (key, value)) for key, value in sorted(env.items())]
+    # Environment= performs no variable expansion (systemd.exec(5)): a "$" is kept as it is.
+    return ['"%s"' % _escape("%s=%s" % (key, value), expands_variables=False) for key, value in sorted(env.items())]
 
 
 class FilterModule(object):

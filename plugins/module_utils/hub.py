@@ -44,6 +44,8 @@ import tempfile
 import threading
 import time
 
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+
 MANIFEST_NAME = ".llmops-manifest.json"
 PARTIAL_DIR = ".llmops-partial"
 VERIFIED_NAME = "verified.json"
@@ -52,7 +54,7 @@ PROGRESS_SUFFIX = ".llmops-progress.json"
 MANIFEST_FORMAT = 1
 DEFAULT_MODELS_ROOT = "/var/lib/llmops-vllm/models"
 PUBLIC_ENDPOINT = "https://huggingface.co"
-DEFAULT_UNIT_GLOBS = ("/etc/systemd/system/vllm-*.service",)
+DEFAULT_UNIT_GLOBS = (host_state.unit_glob(),)  # the units this collection writes
 DEFAULT_FILE_MODE = 0o644
 # Kept free on the target filesystem after the download: logs, vLLM's compile caches and the old
 # model's own writes must still fit while the new weights land. 1 GiB or 1% of what is fetched.

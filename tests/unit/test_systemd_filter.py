@@ -229,14 +229,10 @@ def test_environment_round_trip_without_dollar():
     assert words == ["%s=%s" % item for item in sorted(env.items())]
 
 
-@pytest.mark.xfail(strict=True, reason="systemd_environment doubles '$', but Environment= does no variable "
-                                       "expansion (systemd.exec(5)), so the value gets '$$'; filter fix pending")
 def test_environment_keeps_a_dollar():
     assert split_assignments(systemd_environment({"P": "$HOME"})[0]) == ["P=$HOME"]
 
 
-@pytest.mark.xfail(strict=True, reason="systemd_quote leaves a line break raw, which ends the ExecStart= line; "
-                                       "it must become \\n; filter fix pending")
 def test_a_line_break_stays_in_its_word():
     assert split_exec(systemd_exec(["/bin/echo", "new\nline"])) == ["/bin/echo", "new\nline"]
 
