@@ -60,9 +60,10 @@ def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> 
     if report.get("error"):
         lines.append("error: %s" % " ".join(str(report["error"]).split()))
     if plan:
-        gpus = ",".join(str(i) for i in plan.get("gpu_indices") or []) or "-"
-        lines.append("plan: %s on GPUs %s, max_model_len %s, KV cache %s tokens"
-                     % (plan_layout(plan), gpus, plan.get("max_model_len", "?"), plan.get("kv_cache_tokens", "?")))
+        gpus = ",".join(str(i) for i in plan.get("gpu_indices") or [])
+        lines.append("plan: %s%s, max_model_len %s, KV cache %s tokens"
+                     % (plan_layout(plan), " on GPUs " + gpus if gpus else "", plan.get("max_model_len", "?"),
+                        plan.get("kv_cache_tokens", "?")))
     if before.get("unit") and before.get("unit") != desired.get("unit"):
         lines.append("retired: %s (%s)" % (before["unit"], before.get("repo_id", "?")))
     shown = phases(report.get("timings"))

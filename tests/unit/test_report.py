@@ -20,7 +20,9 @@ UNCHANGED = {"status": "unchanged", "commit": SWAP["commit"], "desired": SWAP["d
 def test_a_swap_shows_every_phase_in_order_and_the_benchmark_path():
     lines = report.summary_lines(SWAP, "reports/llmops-1/rollout-1.json")
     assert lines[0] == "ok: llmops-test/tiny-qwen3-chat@3cb238d8aff3 as vllm-tiny-qwen3.service"
-    assert "plan: cpu on GPUs -, max_model_len 4096, KV cache 87381 tokens" in lines
+    assert "plan: cpu, max_model_len 4096, KV cache 87381 tokens" in lines
+    gpu = report.summary_lines(dict(SWAP, plan={"layout": "TP=4+EP", "gpu_indices": [0, 1, 2, 3], "max_model_len": 8}))
+    assert "plan: TP=4+EP on GPUs 0,1,2,3, max_model_len 8, KV cache ? tokens" in gpu
     assert "retired: vllm-tiny-llama.service (llmops-test/tiny-llama-chat)" in lines
     assert ("phases: download 30.5 s, retire 5.7 s, load to ready 72.3 s, downtime gap 87.4 s, total 140.0 s"
             in lines)
