@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import VllmStateResult
 
 pytestmark = pytest.mark.ansible
 
@@ -73,6 +74,8 @@ def run_module(tmp_path, name, module_args, check=False, diff=False):
     completed = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     result = json.loads(out.read_text())
+    if not result.get("failed"):
+        VllmStateResult.model_validate(result)  # what the module really returns is its contract
     result["_stdout"] = completed.stdout
     return result
 
