@@ -22,7 +22,7 @@ def main():
     if not reports:
         print("no rollout reports under %s" % root)
         return 1
-    print("\n".join(fleet_table((host, report) for host, report, _ in reports)))
+    print("\n".join(fleet_table((host, report) for host, report, _path in reports)))
     for host, report, path in reports:
         print()
         print("%s:" % host)

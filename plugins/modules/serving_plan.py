@@ -119,27 +119,27 @@ layout:
   type: str
   sample: TP=4+EP
 model_id:
-  description: The hub id of the model (O(request.model_id)), or null.
+  description: The hub id of the model (C(request.model_id)), or null.
   returned: always
   type: str
   sample: MiniMaxAI/MiniMax-M2.5
 model_path:
-  description: The path vLLM loads from (O(request.model_path), else the path model_info read), or null.
+  description: The path vLLM loads from (C(request.model_path), else the path model_info read), or null.
   returned: always
   type: str
   sample: /var/lib/llmops-vllm/models/MiniMaxAI/MiniMax-M2.5/5bd8b0e1c0fd0b8b4ab8f52d6e1c2a9e4e2b6c1d
 served_model_name:
-  description: The name the API serves the model under (O(request.served_model_name)), or null.
+  description: The name the API serves the model under (C(request.served_model_name)), or null.
   returned: always
   type: str
   sample: minimax-m2-5
 host:
-  description: The address the server binds (O(request.host), also in RV(argv) as C(--host)); null when not given.
+  description: The address the server binds (C(request.host), also in RV(argv) as C(--host)); null when not given.
   returned: always
   type: str
   sample: 10.0.0.5
 port:
-  description: The port the server listens on (O(request.port), also in RV(argv) as C(--port)); null when not given.
+  description: The port the server listens on (C(request.port), also in RV(argv) as C(--port)); null when not given.
   returned: always
   type: int
   sample: 8000
@@ -185,7 +185,7 @@ quantization:
   type: str
   sample: fp8
 weights_bytes:
-  description: Size of the weights the plan counts (O(request.weights_bytes), else the model's).
+  description: Size of the weights the plan counts (C(request.weights_bytes), else the model's).
   returned: always
   type: int
   sample: 230100000000
@@ -220,7 +220,7 @@ kv_cache_tokens:
   type: int
   sample: 535259
 kv_cache_target_tokens:
-  description: The KV target (O(request.min_sequences) x RV(max_model_len)).
+  description: The KV target (C(request.min_sequences) x RV(max_model_len)).
   returned: always
   type: int
   sample: 131072
@@ -240,7 +240,7 @@ gpu_memory_utilization:
   type: float
   sample: 0.92
 gpu_memory_bytes:
-  description: Memory of the smallest planned GPU (or O(request.gpu_memory_bytes)); null on C(cpu).
+  description: Memory of the smallest planned GPU (or C(request.gpu_memory_bytes)); null on C(cpu).
   returned: always
   type: int
   sample: 102641958912
@@ -277,7 +277,7 @@ exec_prefix:
   sample: []
 argv:
   description:
-    - Everything after the C(vllm) executable; every flag in it (O(request.extra_args) included) exists in the
+    - Everything after the C(vllm) executable; every flag in it (C(request.extra_args) included) exists in the
       installed vLLM when its facts list flags.
   returned: always
   type: list

@@ -811,7 +811,7 @@ def test_owner_group_and_mode(vllm_python, hub_url, tmp_path):
     assert fixed["actions"] == ["set owner/group/mode on 2 paths"]
     assert stat.S_IMODE((path / "config.json").stat().st_mode) == 0o640
     assert (path / "model.safetensors").stat().st_uid == uid
-    unknown = fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="unknown", **dict(args, owner="no-such-user-llmops"))
+    unknown = fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="unknown", **{**args, "owner": "no-such-user-llmops"})
     assert unknown["failed"] is True and "owner 'no-such-user-llmops': no such user" in unknown["msg"]
 
 

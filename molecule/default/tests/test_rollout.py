@@ -191,7 +191,8 @@ def test_the_preview_starts_nothing_and_probes_change_nothing(host):
     for probe in PROBES:
         assert probe in results, "%s did not run in the preview" % probe
         assert not any(r.get("changed") for r in results[probe]), "%s reported changed" % probe
-    for started in ("Start the new model", "Gate it on real answers", "Enable and start (restart when the unit changed); the gate waits for the load",
-                    "Wait until the model really answers", "Fetch the new weights while the old model still serves (the preflight checked the disk for a preview)"):
+    for started in ("Start the new model", "Gate it on real answers",
+                    "Enable and start (restart when the unit changed); the gate waits for the load", "Wait until the model really answers",
+                    "Fetch the new weights while the old model still serves (the preflight checked the disk for a preview)"):
         assert all(r.get("skipped") for r in results.get(started, [])), "%s ran in the preview" % started
     assert results["Stop and disable the unit"][0].get("changed") is True  # it shows that it would stop model A
