@@ -386,16 +386,12 @@ class Pcie(_Result):
     degraded: Optional[bool] = None
 
 
-class GpuInfo(_Result):
-    index: int
-    name: Optional[str] = None
-    uuid: Optional[str] = None
-    bus_id: Optional[str] = None
-    memory_bytes: Optional[int] = None
-    numa_node: Optional[int] = None
+class GpuInfo(Gpu):
+    """A GPU as gpu_topology_info returns it: the keys the planner reads (:class:`Gpu`) and the rest."""
+    model_config = ConfigDict(extra="forbid")
+
     numa_source: Optional[str] = None
     cpu_affinity: Optional[str] = None
-    compute_capability: Optional[str] = None
     pcie: Pcie
 
 
