@@ -80,7 +80,7 @@ class StateError(ValueError):
     def __init__(self, problems, source=None):
         self.problems = list(problems) if isinstance(problems, (list, tuple)) else [problems]
         prefix = '%s: ' % source if source else ''
-        super(StateError, self).__init__(prefix + '; '.join(self.problems))
+        super().__init__(prefix + '; '.join(self.problems))
 
 
 # ----------------------------------------------------------------------------- names and addresses
@@ -350,7 +350,7 @@ def read(path):
     try:
         with open(path, 'rb') as handle:
             text = handle.read().decode('utf-8')
-    except (IOError, OSError) as exc:
+    except OSError as exc:
         if not os.path.exists(path):
             return empty_state(), False, ''
         raise StateError('cannot read it: %s' % exc, path)

@@ -639,7 +639,7 @@ def attribute_targets(dest, relpaths, file_mode):
 
 # ----------------------------------------------------------------------------- progress
 
-class Progress(object):
+class Progress:
     """Byte counters of one fetch and the 0600 JSON file a polling task reads.
 
     A thread rewrites the file every second (write-then-rename), so a reader never sees half a
@@ -752,7 +752,7 @@ def resume_head(part, resume, limit=1 << 16):
     return head if len(set(head)) > 1 else b""
 
 
-class CountingWriter(object):
+class CountingWriter:
     """The file object handed to huggingface_hub's http_get: counts bytes for the progress file and
     notices when the server ignored our Range request.
 
@@ -868,7 +868,7 @@ def transfer_for(remote, use_xet):
     return "xet" if use_xet and remote.get("xet") else "http"
 
 
-class Hub(object):
+class Hub:
     """The network side, through huggingface_hub, in this process only: the token goes to the
     library as an argument, never into the environment or argv of another process."""
 
@@ -1027,7 +1027,7 @@ class Hub(object):
 
 # ----------------------------------------------------------------------------- the fetch
 
-class Fetch(object):
+class Fetch:
     """One fetch of the planned files into dest: download, verify, put in place, record.
 
     Files are independent: each is downloaded to its part file, verified against the hub's checksum
@@ -1113,7 +1113,7 @@ class Fetch(object):
         self.progress.begin(relpath)
         problem = None
         try:
-            for attempt in (1, 2):
+            for _attempt in (1, 2):
                 self.transfers[transfer_for(remote, self.hub.use_xet)] += 1
                 if self.hub.download(self.repo_id, self.commit, remote, part, self.progress,
                                      os.path.join(partial_dir(self.dest), "xet")):

@@ -633,7 +633,7 @@ class HfModel(object):
         except hub.HubError as exc:
             self.finish()
             self.module.fail_json(msg=str(exc), **dict(self.result, **exc.details))
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             self.finish()
             self.module.fail_json(msg='%s: %s; check that the models directory is writable and has room (the '
                                       'verified files are kept, run again to resume)'

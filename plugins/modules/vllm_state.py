@@ -307,7 +307,7 @@ def main():
         result = StateFile(module, path).run(p['action'], p)
     except host_state.StateError as exc:
         module.fail_json(msg='%s: %s' % (path, '; '.join(exc.problems)), problems=exc.problems, state_file=path)
-    except (IOError, OSError) as exc:
+    except OSError as exc:
         module.fail_json(msg='%s: %s (%s)' % (path, exc.strerror or exc, errno.errorcode.get(exc.errno, 'error')), state_file=path)
     module.exit_json(**result)
 

@@ -440,7 +440,7 @@ def plot_png(new: Dict[str, Any], old: Optional[Dict[str, Any]], path: str) -> O
 
 
 def report_basename(new: Dict[str, Any], old: Optional[Dict[str, Any]], when: datetime.datetime) -> str:
-    stamp = when.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = when.astimezone(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     if old:
         return "%s-%s-to-%s" % (stamp, safe_name(old.get("name")), safe_name(new.get("name")))
     return "%s-%s" % (stamp, safe_name(new.get("name")))
@@ -458,7 +458,7 @@ def write_report(results_dir: str, host: str, new: Dict[str, Any], previous: Opt
     on a low ratio: ``passed`` carries the verdict, the caller decides (a rollout rolls back).
     """
     check_run(new, "the new run")
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     old_path, old, skipped = (None, None, [])
     if previous:
         old_path, old, skipped = find_last_run(results_dir, host, previous, exclude=new)

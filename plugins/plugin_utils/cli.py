@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _read_text(path, what):
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
     except OSError as exc:
         raise UsageError("%s %s: cannot read it (%s)" % (what, path, exc.strerror or exc))
@@ -224,7 +224,7 @@ def render_topology(facts):
         links = facts.get("links") or []
         if links:
             out.append("")
-            out.append(_table([["GPU%d" % g["index"]] + row for g, row in zip(gpus, links)],
+            out.append(_table([["GPU%d" % g["index"]] + row for g, row in zip(gpus, links, strict=False)],
                               ["links"] + ["GPU%d" % g["index"] for g in gpus]))
     for w in facts.get("warnings") or []:
         out.append("warning: %s" % w)
@@ -333,7 +333,7 @@ def run(argv=None):
                         host, doc["repo_id"], doc["revision"], doc["unit"], doc["port"]))
                 for host in report["without_model"]:
                     sys.stdout.write("--   %s: no %s\n" % (host, args.variable))
-                for host, message in sorted(report["problems"].items()):
+                for _host, message in sorted(report["problems"].items()):
                     sys.stdout.write("FAIL %s\n" % message)
             if report["problems"]:
                 sys.stderr.write("llmops-vllm: %d host(s) with an invalid %s\n" % (len(report["problems"]), args.variable))

@@ -223,7 +223,7 @@ ROLLOUT = {"status": "ok", "commit": "5bd8b0e1aaaabbbbcccc", "desired": {"repo_i
            "unit": "vllm-minimax-m2-5.service"}, "before": {"repo_id": "nvidia/Kimi-K2.5-NVFP4",
            "commit": "ffffeeee1111", "unit": "vllm-kimi-k2-5.service"},
            "timings": {"download_s": 1830.2, "downtime_gap_s": 212.4, "time_to_ready_s": 201.0, "total_s": 2101.9}}
-NOW = datetime.datetime(2026, 3, 2, 9, 30, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 3, 2, 9, 30, tzinfo=datetime.UTC)
 
 
 def test_markdown_report_content(tmp_path):

@@ -55,7 +55,7 @@ def test_module_paths_report_what_the_machine_printed(run, path):
     result = load(run, "module", path + ".json")
     assert result["changed"] is False
     assert result["gpu_count"] == len(truth["gpus"]) == len(result["gpus"])
-    for gpu, raw in zip(result["gpus"], truth["gpus"]):
+    for gpu, raw in zip(result["gpus"], truth["gpus"], strict=True):
         assert gpu["index"] == raw["index"] and gpu["name"] == raw["name"] and gpu["uuid"] == raw["uuid"]
         assert gpu["memory_bytes"] == raw["memory_mib"] * MIB
         assert gpu["compute_capability"] == raw["compute_cap"]

@@ -452,7 +452,7 @@ def test_resume_head_skips_uniform_bytes(tmp_path):
 
 # ----------------------------------------------------------------------------- the fetch loop (fake hub)
 
-class FakeHub(object):
+class FakeHub:
     """Serves bytes per path; a list of payloads serves them one per download (corrupt, then good)."""
 
     use_xet = False

@@ -4,7 +4,7 @@ import pytest
 from ansible_collections.llmops.vllm.plugins.module_utils import readiness
 
 
-class Clock(object):
+class Clock:
     def __init__(self):
         self.now = 0.0
 

@@ -262,7 +262,7 @@ def respace(text, data):
         pieces = _WHITESPACE_RUN.split(line)
         runs = _WHITESPACE_RUN.findall(line)
         rebuilt = pieces[0]
-        for run, piece in zip(runs, pieces[1:]):
+        for _run, piece in zip(runs, pieces[1:], strict=True):
             separator = data.draw(_SEPARATORS)
             escape = data.draw(_ESCAPES) if not line.lstrip().startswith("#") else ""
             rebuilt += escape + separator + piece
