@@ -8,6 +8,8 @@ failure: the caller decides, so a rollout's rescue can roll back."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from typing import Any, Dict, Optional, cast
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils import benchmark
@@ -30,12 +32,13 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+    def run(self, tmp: Optional[str] = None, task_vars: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        result: Dict[str, Any] = super().run(tmp, task_vars)
         del tmp
         validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         del validation
-        host = args['host'] or (task_vars or {}).get('inventory_hostname')
+        # Ansible always sets inventory_hostname in task_vars.
+        host = cast(str, args['host'] or (task_vars or {}).get('inventory_hostname'))
         result['changed'] = False  # a report is output on the controller, not state of the host
         try:
             new = self._new_run(args['run'])
@@ -54,7 +57,7 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _new_run(run):
+    def _new_run(run: object) -> Dict[str, Any]:
         """The run being judged: the role's benchmark_result (a dict) or the path of a stored run."""
         if isinstance(run, str):
             document = benchmark.load_run(run)

@@ -6,6 +6,8 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from typing import Any, Dict, Optional
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state
@@ -16,8 +18,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+    def run(self, tmp: Optional[str] = None, task_vars: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        result: Dict[str, Any] = super().run(tmp, task_vars)
         del tmp
         validation, args = self.validate_argument_spec(argument_spec=dict(
             model=dict(type='raw', required=True),

@@ -8,10 +8,12 @@ use the same functions)."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from typing import Any, Callable, Dict, Optional
+
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
 
 
-def plan_record(plan):
+def plan_record(plan: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The keys of a serving plan that the host state records (host_state.PLAN_KEYS and PLAN_OPTIONAL)."""
     plan = plan or {}
     keys = list(host_state.PLAN_KEYS) + [key for key in host_state.PLAN_OPTIONAL if key in plan]
@@ -19,7 +21,7 @@ def plan_record(plan):
 
 
 class FilterModule(object):
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {
             "unit_name": host_state.unit_name,
             "unit_path": host_state.unit_path,

@@ -8,13 +8,15 @@ the phases that ran, the benchmark verdict and the report paths; what tools/show
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from typing import Any, Callable, Dict, List, Optional
+
 from ansible_collections.llmops.vllm.plugins.plugin_utils.report import report_plan, summary_lines
 
 
-def rollout_summary(report, report_path=None):
+def rollout_summary(report: Optional[Dict[str, Any]], report_path: Optional[str] = None) -> List[str]:
     return summary_lines(report or {}, report_path)
 
 
 class FilterModule(object):
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"rollout_summary": rollout_summary, "report_plan": report_plan}

@@ -12,10 +12,12 @@ systemd.syntax(7) "Quoting").
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from typing import Any, Callable, Dict, List
+
 SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:@+")
 
 
-def _escape(word, expands_variables=True):
+def _escape(word: str, expands_variables: bool = True) -> str:
     # Specifiers (%) are systemd's everywhere, variable expansion ($) only in command lines: double them
     # so they stay literal. Line breaks and tabs become C escapes so the value stays on its line.
     word = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
@@ -23,7 +25,7 @@ def _escape(word, expands_variables=True):
     return word.replace("$", "$$") if expands_variables else word
 
 
-def systemd_quote(word):
+def systemd_quote(word: object) -> str:
     """One word, quoted only when it needs to be."""
     word = str(word)
     if word and all(ch in SAFE for ch in word):
@@ -31,7 +33,7 @@ def systemd_quote(word):
     return '"%s"' % _escape(word)
 
 
-def systemd_exec(argv):
+def systemd_exec(argv: List[object]) -> str:
     """An argv list as the value of ExecStart=; the first word must be an absolute path."""
     if not argv:
         raise ValueError("systemd_exec: empty argv")
@@ -41,13 +43,13 @@ def systemd_exec(argv):
     return " ".join(systemd_quote(w) for w in words)
 
 
-def systemd_environment(env):
+def systemd_environment(env: Dict[str, object]) -> List[str]:
     """A dict as Environment= assignments, one quoted KEY=value per item, sorted."""
     # Environment= performs no variable expansion (systemd.exec(5)): a "$" is kept as it is.
     return ['"%s"' % _escape("%s=%s" % (key, value), expands_variables=False) for key, value in sorted(env.items())]
 
 
 class FilterModule(object):
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"systemd_exec": systemd_exec, "systemd_quote": systemd_quote,
                 "systemd_environment": systemd_environment}

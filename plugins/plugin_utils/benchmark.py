@@ -143,11 +143,11 @@ def parse_level(raw: Dict[str, Any], concurrency: Optional[int] = None, source: 
     if missing:
         raise BenchmarkInputError("%s: not a vllm bench serve --save-result result (no %s); run the sweep again"
                                   % (source, ", ".join(missing)))
-    level = concurrency if concurrency is not None else raw.get("concurrency", raw.get("max_concurrency"))
+    level: Any = concurrency if concurrency is not None else raw.get("concurrency", raw.get("max_concurrency"))
     if _int_or_none(level) is None or int(level) < 1:
         raise BenchmarkInputError("%s: no concurrency level (max_concurrency is %r); the sweep passes "
                                   "--max-concurrency at every level" % (source, level))
-    row = {"concurrency": int(level), "num_prompts": _int_or_none(raw.get("num_prompts"))}
+    row: Dict[str, Any] = {"concurrency": int(level), "num_prompts": _int_or_none(raw.get("num_prompts"))}
     for key in LEVEL_KEYS:
         value = raw.get(key)
         if value is None and key in MEDIAN_FALLBACK:
@@ -169,7 +169,7 @@ def _number(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def safe_name(name: str) -> str:
+def safe_name(name: object) -> str:
     """A model name as a file-name part (served names may hold '/' or ':')."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip("-.")
     return cleaned or "model"
@@ -318,6 +318,7 @@ def summary_line(new: Dict[str, Any], old: Optional[Dict[str, Any]], comparison:
     if comparison["ratio"] is None:
         return "%s on %s: %s (%s)" % (name, host, verdict, "; ".join(comparison["notes"]) or "no ratio")
     at = comparison["at_concurrency"]
+    assert old is not None  # a ratio was computed, so there is an old run
     new_value = levels_by_concurrency(new)[at]["output_throughput"]
     old_value = levels_by_concurrency(old)[at]["output_throughput"]
     gate = ""
@@ -535,7 +536,9 @@ def write_report(results_dir: str, host: str, new: Dict[str, Any], previous: Opt
     """
     check_run(new, "the new run")
     now = now or datetime.datetime.now(datetime.UTC)
-    old_path, old, skipped = (None, None, [])
+    old_path: Optional[str] = None
+    old: Optional[Dict[str, Any]] = None
+    skipped: List[str] = []
     if previous:
         old_path, old, skipped = find_last_run(results_dir, host, previous, exclude=new)
     if previous:

@@ -15,7 +15,7 @@ installed vLLM).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
 try:
     from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -23,21 +23,24 @@ try:
     PYDANTIC_IMPORT_ERROR = None
 except ImportError as _exc:  # keep Ansible able to load the plugin; parse_facts() says what to install
     PYDANTIC_IMPORT_ERROR = _exc
-    BaseModel, ValidationError = object, ValueError
+    BaseModel, ValidationError = object, ValueError  # type: ignore[misc,assignment]
 
-    def ConfigDict(**kwargs):  # pylint: disable=invalid-name
+    def ConfigDict(**kwargs: Any) -> Dict[str, Any]:  # type: ignore[no-redef]  # pylint: disable=invalid-name
         return kwargs
 
-    def Field(default=None, **kwargs):  # pylint: disable=invalid-name,unused-argument
+    def Field(default: Any = None, **kwargs: Any) -> Any:  # type: ignore[no-redef]  # pylint: disable=invalid-name,unused-argument
         return default
 
-    def field_validator(*args, **kwargs):  # pylint: disable=unused-argument
+    def field_validator(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:  # type: ignore[no-redef]  # pylint: disable=unused-argument
         return lambda function: function
 
-    model_validator = field_validator
+    model_validator = field_validator  # type: ignore[assignment]
 
 DEFAULT_MIN_SEQUENCES = 4
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
+
+
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
 
 
 class PlanInputError(ValueError):
@@ -47,7 +50,8 @@ class PlanInputError(ValueError):
 # --------------------------------------------------------------------------- one spelling
 
 
-def layout_label(device, tensor_parallel_size, data_parallel_size=1, enable_expert_parallel=False):
+def layout_label(device: Optional[str], tensor_parallel_size: Union[int, str], data_parallel_size: Union[int, str, None] = 1,
+                 enable_expert_parallel: bool = False) -> str:
     """The one spelling of a layout: ``cpu``, ``TP=4``, ``TP=4+EP``, ``TP=4 x DP=2``, ``TP=4+EP x DP=2``."""
     if device == "cpu":
         return "cpu"
@@ -59,7 +63,7 @@ def layout_label(device, tensor_parallel_size, data_parallel_size=1, enable_expe
     return label
 
 
-def plan_layout(plan):
+def plan_layout(plan: Optional[Dict[str, Any]]) -> str:
     """The layout label of a plan document: its own ``layout``, or (for a plan stored before plans carried
     one, e.g. in an older state file or benchmark run) the label of its sizes; ``-`` for no plan."""
     plan = plan or {}
@@ -68,7 +72,7 @@ def plan_layout(plan):
     if not plan.get("device"):
         return "-"
 
-    def number(key):
+    def number(key: str) -> int:
         try:
             return int(plan.get(key) or 1)
         except (TypeError, ValueError):
@@ -81,14 +85,14 @@ def plan_layout(plan):
 # --------------------------------------------------------------------------- the flag gate
 
 
-def flag_name(arg):
+def flag_name(arg: object) -> Optional[str]:
     """``--x`` of ``--x=value`` (and of ``--x``); None for a value that is not a long option."""
     if not isinstance(arg, str) or not arg.startswith("--") or len(arg) < 3:
         return None
     return arg.split("=", 1)[0]
 
 
-def has_flag(vllm, flag):
+def has_flag(vllm: object, flag: str) -> Optional[bool]:
     """True/False when the vLLM facts list their flags, None when they do not (unknown).
 
     ``--no-x`` counts as present when ``--x`` is (argparse's BooleanOptionalAction adds it).
@@ -101,7 +105,7 @@ def has_flag(vllm, flag):
     return name in known or (name.startswith("--no-") and "--" + name[5:] in known)
 
 
-def requires(vllm, flag, what="the plan"):
+def requires(vllm: object, flag: str, what: str = "the plan") -> bool:
     """Refuse ``flag`` when the installed vLLM is known not to have it.
 
     Returns True when checked, False when the facts list no flags (nothing refused; the planner
@@ -117,7 +121,7 @@ def requires(vllm, flag, what="the plan"):
     return True
 
 
-def require_argv(vllm, argv, what="the plan"):
+def require_argv(vllm: object, argv: List[str], what: str = "the plan") -> None:
     """:func:`requires` for every long option of an argv list."""
     for arg in argv:
         if flag_name(arg):
@@ -127,7 +131,7 @@ def require_argv(vllm, argv, what="the plan"):
 # --------------------------------------------------------------------------- parsing
 
 
-def _validation_message(exc, what):
+def _validation_message(exc: ValidationError, what: str) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ())) or what
@@ -135,14 +139,14 @@ def _validation_message(exc, what):
     return "%s: %s" % (what, "; ".join(parts))
 
 
-def require_pydantic():
+def require_pydantic() -> None:
     """Raise PlanInputError saying what to install when pydantic is missing."""
     if PYDANTIC_IMPORT_ERROR is not None:
         raise PlanInputError("the planner needs pydantic >= 2 on the controller (pip install 'pydantic>=2'): %s"
                              % PYDANTIC_IMPORT_ERROR)
 
 
-def parse_facts(model_cls, data, what):
+def parse_facts(model_cls: Type[_ModelT], data: object, what: str) -> _ModelT:
     """Validate a facts document, turning pydantic's errors into one readable PlanInputError."""
     require_pydantic()
     if isinstance(data, model_cls):
@@ -286,14 +290,14 @@ class PlanRequest(BaseModel):
 
     @field_validator("kv_cache_dtype")
     @classmethod
-    def _kv_dtype(cls, value):
+    def _kv_dtype(cls, value: str) -> str:
         if value not in KV_CACHE_DTYPES:
             raise ValueError("kv_cache_dtype must be auto, bfloat16, float16 or an fp8 variant (fp8, fp8_e4m3, fp8_e5m2)")
         return value
 
     @field_validator("gpus")
     @classmethod
-    def _gpus(cls, value):
+    def _gpus(cls, value: Optional[List[int]]) -> Optional[List[int]]:
         if value is not None and (not value or len(set(value)) != len(value)):
             raise ValueError("gpus must be a non-empty list of distinct GPU indices")
         return value
@@ -462,8 +466,9 @@ class VllmInfoResult(VllmFacts):
     """vllm_info: :class:`VllmFacts` (what the planner reads) plus where the install is."""
     model_config = ConfigDict(extra="forbid")
 
-    capabilities: VllmCapabilities = Field(default_factory=VllmCapabilities)
-    defaults: VllmDefaults = Field(default_factory=VllmDefaults)
+    # The result's own, stricter shapes of what VllmFacts keeps as plain dicts.
+    capabilities: VllmCapabilities = Field(default_factory=VllmCapabilities)  # type: ignore[assignment]
+    defaults: VllmDefaults = Field(default_factory=VllmDefaults)  # type: ignore[assignment]
     method: str
     install_path: str
     interpreter: str
@@ -608,6 +613,29 @@ class BenchmarkReportResult(_Result):
     json_path: str = Field(alias="json")
 
 
+class GpuProcess(_Result):
+    pid: int
+    used_memory_mib: Optional[int] = None
+
+
+class GpuUsage(_Result):
+    """One GPU as gpu_free found it at its last reading."""
+    index: int
+    uuid: Optional[str] = None
+    memory_used_mib: Optional[int] = None
+    processes: List[GpuProcess]
+    busy: bool
+
+
+class GpuFreeResult(_Result):
+    """gpu_free: whether the GPUs are free, and what holds the busy ones."""
+    free: bool
+    busy_gpus: List[int]
+    gpus: List[GpuUsage]
+    polls: int
+    seconds: float
+
+
 # Module (and action) name -> the model of its result. tests/unit/test_contracts.py fails for a
 # module that is missing here.
 MODULE_CONTRACTS = {
@@ -620,4 +648,5 @@ MODULE_CONTRACTS = {
     "vllm_ready": VllmReadyResult,
     "benchmark_report": BenchmarkReportResult,
     "vllm_state": VllmStateResult,
+    "gpu_free": GpuFreeResult,
 }

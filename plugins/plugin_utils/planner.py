@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 # The contract models, the pydantic shim and the planner's rules, importable from here as before
 # (desired_state and the callers use planner.<name>).
@@ -42,11 +43,12 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.vllm_release import RE
 class Notes:
     """The accumulators of one planning run: ``reasons`` (each decision) and ``warnings``."""
 
-    def __init__(self):
-        self.reasons, self.warnings = [], []
+    def __init__(self) -> None:
+        self.reasons: List[str] = []
+        self.warnings: List[str] = []
 
 
-def release_vllm_facts():
+def release_vllm_facts() -> VllmFacts:
     """The recorded facts of the current vLLM release (used when the host's install is unknown)."""
     return VllmFacts.model_validate(RELEASE_FACTS)
 
@@ -54,7 +56,7 @@ def release_vllm_facts():
 # --------------------------------------------------------------------------- resolved inputs
 
 
-def resolve(host, model, vllm, request, notes):
+def resolve(host: HostFacts, model: ModelFacts, vllm: VllmFacts, request: PlanRequest, notes: Notes) -> PlanContext:
     """The frozen :class:`PlanContext`: weights, context length, KV target, remote code, parsers."""
     reasons, warnings = notes.reasons, notes.warnings
     weights = request.weights_bytes or model.weights_bytes
@@ -96,7 +98,7 @@ def resolve(host, model, vllm, request, notes):
                        tool_call_parser=tool, reasoning_parser=reasoning, speculative_config=speculative)
 
 
-def _remote_code(model, vllm, request, notes):
+def _remote_code(model: ModelFacts, vllm: VllmFacts, request: PlanRequest, notes: Notes) -> Tuple[bool, Optional[str]]:
     """(trust_remote_code, why the installed vLLM cannot serve the architecture or None)."""
     archs = set(vllm.architectures or ())
     if request.trust_remote_code is not None:
@@ -114,7 +116,8 @@ def _remote_code(model, vllm, request, notes):
     return False, None
 
 
-def _parsers_and_speculation(model, vllm, request, notes):
+def _parsers_and_speculation(model: ModelFacts, vllm: VllmFacts, request: PlanRequest,
+                             notes: Notes) -> Tuple[Optional[str], Optional[str], Optional[Dict[str, Any]]]:
     """(tool-call parser, reasoning parser, speculative config)."""
     tool, reasoning, rule = default_parsers(model, request.model_id)
     if rule:
@@ -123,7 +126,7 @@ def _parsers_and_speculation(model, vllm, request, notes):
         notes.reasons.append("no tool-call or reasoning parser known for %s" % model.architecture)
     tool = choose_parser("tool", request.tool_call_parser, tool, vllm, notes.reasons, notes.warnings)
     reasoning = choose_parser("reasoning", request.reasoning_parser, reasoning, vllm, notes.reasons, notes.warnings)
-    speculative = None
+    speculative: Optional[Dict[str, Any]] = None
     if isinstance(request.speculative_config, dict):
         requires(vllm, "--speculative-config", "speculative_config")
         speculative = request.speculative_config
@@ -148,7 +151,7 @@ def _parsers_and_speculation(model, vllm, request, notes):
 # --------------------------------------------------------------------------- argv
 
 
-def _base_argv(ctx):
+def _base_argv(ctx: PlanContext) -> List[str]:
     request = ctx.request
     model_ref = request.model_path or request.model_id or ctx.model.path
     if not model_ref:
@@ -163,7 +166,7 @@ def _base_argv(ctx):
     return argv
 
 
-def _feature_argv(ctx):
+def _feature_argv(ctx: PlanContext) -> List[str]:
     argv = []
     if ctx.tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", ctx.tool_call_parser]
@@ -180,14 +183,14 @@ def _feature_argv(ctx):
     return argv
 
 
-def _checked_argv(ctx, planned):
+def _checked_argv(ctx: PlanContext, planned: List[str]) -> List[str]:
     """The planned argv plus extra_args, every flag checked against the installed vLLM."""
     require_argv(ctx.vllm, planned, "the plan")
     require_argv(ctx.vllm, ctx.request.extra_args, "extra_args")
     return planned + list(ctx.request.extra_args)
 
 
-def _require_pinned_flags(ctx):
+def _require_pinned_flags(ctx: PlanContext) -> None:
     """Layout pins the installed vLLM cannot run are refused before any layout is tried."""
     request = ctx.request
     if request.enable_expert_parallel:
@@ -201,7 +204,7 @@ def _require_pinned_flags(ctx):
 # --------------------------------------------------------------------------- CPU hosts
 
 
-def _plan_cpu(ctx, notes):
+def _plan_cpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
     model, request, host = ctx.model, ctx.request, ctx.host
     memory = host.host.memory_bytes if host.host else None
     if not memory:
@@ -264,7 +267,7 @@ def _plan_cpu(ctx, notes):
 # --------------------------------------------------------------------------- GPU hosts
 
 
-def _plan_gpu(ctx, notes):
+def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
     host, model, request, vllm = ctx.host, ctx.model, ctx.request, ctx.vllm
     indices = [g.index for g in host.gpus]
     if request.gpus is not None:
@@ -320,7 +323,8 @@ def _plan_gpu(ctx, notes):
     return plan_
 
 
-def _nearest_option(ctx, candidates, available, util, head=None):
+def _nearest_option(ctx: PlanContext, candidates: Sequence[Candidate], available: Sequence[int], util: float,
+                    head: Optional[str] = None) -> str:
     """What would fit, said in the user's terms."""
     model, request = ctx.model, ctx.request
     valid = [c for c in candidates if c.valid and c.memory]
@@ -364,7 +368,7 @@ def _nearest_option(ctx, candidates, available, util, head=None):
     return head + (". Nearest option: " + "; ".join(parts) if parts else "")
 
 
-def _explain_layout(ctx, notes, plan_, cand):
+def _explain_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candidate) -> None:
     """Why this layout: smaller ones that do not fit or are ruled out, expert parallelism, GPUs, memory."""
     host, model, request = ctx.host, ctx.model, ctx.request
     tp, dp, ep = cand.tensor_parallel_size, cand.data_parallel_size, cand.enable_expert_parallel
@@ -436,7 +440,7 @@ def _explain_layout(ctx, notes, plan_, cand):
         " (%d KV heads over %d rank(s))" % (model.num_kv_heads, min(tp, model.num_kv_heads))))
 
 
-def _fill_layout(ctx, notes, plan_, cand, enforce_eager):
+def _fill_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candidate, enforce_eager: bool) -> None:
     """Copy the chosen candidate into the plan and write its argv and env."""
     request = ctx.request
     tp, dp, ep = cand.tensor_parallel_size, cand.data_parallel_size, cand.enable_expert_parallel
@@ -476,7 +480,7 @@ def _fill_layout(ctx, notes, plan_, cand, enforce_eager):
     plan_.argv, plan_.env = _checked_argv(ctx, argv), env
 
 
-def _numa_binding(ctx, notes, plan_, argv):
+def _numa_binding(ctx: PlanContext, notes: Notes, plan_: ServingPlan, argv: List[str]) -> None:
     host, request, vllm = ctx.host, ctx.request, ctx.vllm
     node = plan_.numa_node
     if request.numa_bind == "off":
@@ -508,7 +512,9 @@ def _numa_binding(ctx, notes, plan_, argv):
 # --------------------------------------------------------------------------- the entry point
 
 
-def plan(host, model, vllm=None, request=None):
+def plan(host: Union[HostFacts, Dict[str, Any]], model: Union[ModelFacts, Dict[str, Any]],
+         vllm: Union[VllmFacts, Dict[str, Any], None] = None,
+         request: Union[PlanRequest, Dict[str, Any], None] = None) -> ServingPlan:
     """Make a serving plan. All arguments may be dicts (validated here) or the contract models."""
     host = parse_facts(HostFacts, host, "host facts")
     model = parse_facts(ModelFacts, model, "model facts")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, VllmFacts, has_flag, layout_label)
@@ -34,7 +34,7 @@ class PlanContext:
     speculative_config: Optional[Dict[str, Any]] = None
 
 
-def numa_of(host, index):
+def numa_of(host: HostFacts, index: int) -> Optional[int]:
     """NUMA node of GPU ``index``, None when unknown."""
     for gpu in host.gpus:
         if gpu.index == index:
@@ -42,10 +42,10 @@ def numa_of(host, index):
     return None
 
 
-def pair_links(host, indices):
+def pair_links(host: HostFacts, indices: Sequence[int]) -> List[Optional[str]]:
     """The nvidia-smi link word of every pair of ``indices`` (None where unknown)."""
     order = [g.index for g in host.gpus]
-    links = []
+    links: List[Optional[str]] = []
     if not host.links:
         return links
     for a, b in itertools.combinations(indices, 2):
@@ -56,10 +56,10 @@ def pair_links(host, indices):
     return links
 
 
-def choose_gpu_set(host, available, count):
+def choose_gpu_set(host: HostFacts, available: Sequence[int], count: int) -> List[int]:
     """The best `count` GPUs: on one NUMA node when possible, then the best worst-case link, then
     the best links overall, then the lowest indices."""
-    def score(combo):
+    def score(combo: Tuple[int, ...]) -> Tuple[Any, ...]:
         nodes = {numa_of(host, i) for i in combo}
         node_count = len(nodes) + (1 if None in nodes and len(nodes) > 1 else 0)
         ranks = [link_rank(link) for link in pair_links(host, combo)]
@@ -68,10 +68,10 @@ def choose_gpu_set(host, available, count):
         return (node_count, worst, total, combo)
     if count >= len(available):
         return sorted(available)
-    return list(min(itertools.combinations(sorted(available), count), key=score))
+    return list(min(itertools.combinations(sorted(available), count), key=score))  # type: ignore[arg-type]
 
 
-def describe_links(host, indices):
+def describe_links(host: HostFacts, indices: Sequence[int]) -> str:
     """``links PIX..SYS`` (best..worst) of a GPU set, or "" when unknown."""
     links = [link for link in pair_links(host, indices) if link]
     if not links:
@@ -81,19 +81,19 @@ def describe_links(host, indices):
     return "links %s..%s" % (best, worst) if best != worst else "links %s" % best
 
 
-def auto_expert_parallel(ctx, world_size):
+def auto_expert_parallel(ctx: PlanContext, world_size: int) -> bool:
     """Expert parallelism when the planner chooses: MoE on more than one GPU, if vLLM has the flag."""
     return bool(ctx.model.moe) and world_size > 1 and has_flag(ctx.vllm, "--enable-expert-parallel") is not False
 
 
-def layouts(ctx, available):
+def layouts(ctx: PlanContext, available: Sequence[int]) -> List[Tuple[int, int, bool]]:
     """Parallel layouts to try, in order of preference: the smallest world size first (least
     all-reduce traffic, which dominates on PCIe), then the smallest TP."""
     request = ctx.request
     n = len(available)
     tps = [request.tensor_parallel_size] if request.tensor_parallel_size else list(range(1, n + 1))
     dps = [request.data_parallel_size] if request.data_parallel_size else [1]
-    found = []
+    found: List[Tuple[int, int, int, bool]] = []
     for tp in tps:
         for dp in dps:
             if request.enable_expert_parallel is not None:
@@ -104,13 +104,14 @@ def layouts(ctx, available):
     return [(tp, dp, ep) for _ignored, tp, dp, ep in sorted(found)]
 
 
-def invalid_candidate(tp, dp, ep, why_not):
+def invalid_candidate(tp: int, dp: int, ep: bool, why_not: str) -> Candidate:
     """A layout ruled out before any memory math."""
     return Candidate(label=layout_label("cuda", tp, dp, ep), tensor_parallel_size=tp, data_parallel_size=dp,
                      enable_expert_parallel=ep, valid=False, why_not=why_not)
 
 
-def evaluate(ctx, tp, dp, ep, gpu_indices, util, enforce_eager):
+def evaluate(ctx: PlanContext, tp: int, dp: int, ep: bool, gpu_indices: Sequence[int], util: float,
+             enforce_eager: bool) -> Candidate:
     """The memory of one layout on one GPU set, and whether the KV target fits."""
     model, host = ctx.model, ctx.host
     world = tp * dp
@@ -146,11 +147,12 @@ def evaluate(ctx, tp, dp, ep, gpu_indices, util, enforce_eager):
                             overhead_bytes=overhead, kv_cache_bytes=max(kv, 0)))
 
 
-def closest(candidates):
+def closest(candidates: Sequence[Candidate]) -> Optional[Candidate]:
     """The valid candidate nearest to fitting, or None."""
     valid = [c for c in candidates if c.valid and c.memory]
     if not valid:
         return None
     # Most KV room first; among layouts with none, the one whose weights come closest to fitting.
+    # `valid` holds only candidates with memory.
     return max(valid, key=lambda c: (c.kv_cache_tokens,
-                                     c.memory.cap_bytes - c.memory.weights_bytes - c.memory.overhead_bytes))
+                                     c.memory.cap_bytes - c.memory.weights_bytes - c.memory.overhead_bytes))  # type: ignore[union-attr]

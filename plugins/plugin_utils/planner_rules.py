@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError, has_flag, requires
+from typing import List, Optional, Sequence, Set, Tuple
+
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
+    Gpu, HostFacts, ModelFacts, PlanInputError, VllmFacts, has_flag, requires)
 
 GIB = 1 << 30
 DEFAULT_MAX_MODEL_LEN_CAP = 32768
@@ -40,14 +43,14 @@ NVFP4_CC_MAJORS = (10, 12)
 CPU_QUANTIZATIONS = (None, "awq", "gptq", "compressed-tensors")
 
 
-def gib_text(n):
+def gib_text(n: float) -> str:
     """Bytes as ``1.5 GiB`` (or MiB below one GiB) for reasons and errors."""
     if abs(n) < GIB:
         return "%.1f MiB" % (n / (1 << 20))
     return "%.1f GiB" % (n / GIB)
 
 
-def compute_capability(value):
+def compute_capability(value: object) -> Optional[Tuple[int, int]]:
     """(major, minor) of a compute capability string such as "12.0"; None when unknown."""
     if not value:
         return None
@@ -55,7 +58,7 @@ def compute_capability(value):
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def link_rank(link):
+def link_rank(link: Optional[str]) -> Tuple[int, int]:
     """Lower is better: NV# (more links first) < PIX < PXB < PHB < NODE < SYS < unknown."""
     if link is None:
         return (len(LINK_ORDER), 0)
@@ -68,7 +71,7 @@ def link_rank(link):
     return (len(LINK_ORDER), 0)
 
 
-def kv_bytes_per_token_per_gpu(model, tensor_parallel_size, kv_dtype_bytes):
+def kv_bytes_per_token_per_gpu(model: ModelFacts, tensor_parallel_size: int, kv_dtype_bytes: int) -> int:
     """KV-cache bytes one token costs on each GPU of a tensor-parallel group.
 
     GQA/MHA KV heads are split over min(TP, kv_heads) ranks (they replicate when TP > kv_heads);
@@ -81,7 +84,8 @@ def kv_bytes_per_token_per_gpu(model, tensor_parallel_size, kv_dtype_bytes):
     return -(-whole // split)
 
 
-def runtime_overhead_bytes(model, world_size, enforce_eager, max_num_batched_tokens, max_num_seqs):
+def runtime_overhead_bytes(model: ModelFacts, world_size: int, enforce_eager: bool, max_num_batched_tokens: int,
+                           max_num_seqs: int) -> int:
     """What vLLM needs per GPU besides weights and KV cache (documented in docs/planner.md).
 
     CUDA context and workspaces (1 GiB), communication buffers when GPUs talk (0.5 GiB), CUDA
@@ -101,10 +105,10 @@ def runtime_overhead_bytes(model, world_size, enforce_eager, max_num_batched_tok
     return int(overhead)
 
 
-def divisibility_problems(model, tensor_parallel_size, data_parallel_size, expert_parallel):
+def divisibility_problems(model: ModelFacts, tensor_parallel_size: int, data_parallel_size: int, expert_parallel: bool) -> List[str]:
     """Why this parallel layout cannot load the model (empty list: it can)."""
     tp = tensor_parallel_size
-    problems = []
+    problems: List[str] = []
     if model.num_attention_heads % tp:
         problems.append("TP=%d does not divide the %d attention heads" % (tp, model.num_attention_heads))
     if model.attention != "mla":
@@ -128,9 +132,10 @@ def divisibility_problems(model, tensor_parallel_size, data_parallel_size, exper
     return problems
 
 
-def hardware_problems(model, gpus, vllm, host):
+def hardware_problems(model: ModelFacts, gpus: Sequence[Gpu], vllm: VllmFacts, host: HostFacts) -> Tuple[List[str], List[str]]:
     """(errors, warnings) about running this checkpoint on these GPUs with this vLLM."""
-    errors, warnings = [], []
+    errors: List[str] = []
+    warnings: List[str] = []
     quant = model.quantization.method if model.quantization else None
     capabilities = [(g, compute_capability(g.compute_capability)) for g in gpus]
     unknown = [g.index for g, cc in capabilities if cc is None]
@@ -202,14 +207,14 @@ PARSER_RULES = (
 )
 
 
-def emittable_parsers():
+def emittable_parsers() -> Tuple[Set[str], Set[str]]:
     """Every (tool, reasoning) parser name the planner can choose on its own."""
     tools = {row[2] for row in PARSER_RULES if row[2]}
     reasoning = {row[3] for row in PARSER_RULES if row[3]}
     return tools, reasoning
 
 
-def default_parsers(model, model_id):
+def default_parsers(model: ModelFacts, model_id: Optional[str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
     """(tool_call_parser, reasoning_parser, rule) for a model, before checking the install."""
     keys = (model.architecture, model.text_model_type, model.model_type)
     for arch, pattern, tool, reasoning in PARSER_RULES:
@@ -223,7 +228,8 @@ def default_parsers(model, model_id):
 PARSER_FLAGS = {"tool": ("--enable-auto-tool-choice", "--tool-call-parser"), "reasoning": ("--reasoning-parser",)}
 
 
-def choose_parser(kind, requested, automatic, vllm, reasons, warnings):
+def choose_parser(kind: str, requested: Optional[str], automatic: Optional[str], vllm: VllmFacts, reasons: List[str],
+                  warnings: List[str]) -> Optional[str]:
     """The parser of ``kind`` ("tool" or "reasoning") to serve with, or None; explained in reasons.
 
     A pinned parser the installed vLLM lacks (name or flag) is refused; an automatic one is dropped
@@ -257,7 +263,7 @@ def choose_parser(kind, requested, automatic, vllm, reasons, warnings):
     return automatic
 
 
-def vllm_supports(vllm, flag, capability):
+def vllm_supports(vllm: VllmFacts, flag: str, capability: str) -> bool:
     """Whether the installed vLLM has ``flag``: every source that knows (its flags, the capability
     vllm_info derived) must say yes; False when none knows."""
     known = [value for value in (has_flag(vllm, flag), vllm.capabilities.get(capability)) if value is not None]

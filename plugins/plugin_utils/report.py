@@ -87,7 +87,7 @@ def fleet_table(reports: Iterable[Tuple[str, Dict[str, Any]]]) -> List[str]:
         timings = report.get("timings") or {}
         before = report.get("before") or {}
 
-        def seconds(key, timings=timings):
+        def seconds(key: str, timings: Dict[str, Any] = timings) -> str:
             value = timings.get(key)
             return "-" if value is None or value == "" else "%.1f" % float(value)
 
