@@ -7,7 +7,7 @@ UV := $(BIN)/uv
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: setup main test unit lint sanity clean sandbox-up sandbox-down preview bench
+.PHONY: setup main test unit lint typecheck ruff sanity clean sandbox-up sandbox-down preview bench
 
 setup: $(VENV)/.installed .collections/ansible_collections/llmops/vllm
 
@@ -57,8 +57,15 @@ test: setup
 unit: setup
 	$(BIN)/pytest tests/unit
 
-lint: setup
+lint: setup typecheck ruff
 	$(BIN)/ansible-lint --offline
+
+# mypy and ruff read their settings from pyproject.toml (what they check, and why).
+typecheck: setup
+	$(BIN)/mypy
+
+ruff: setup
+	$(BIN)/ruff check
 
 # ansible-test must run from an ansible_collections/<namespace>/<name> path: test a copy of the tree.
 SANITY_DIR := $(abspath out/sanity/ansible_collections/llmops/vllm)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The TEST command's body (make test): every runner, one summary line, the sandbox always torn down.
 #   1. pytest: unit tests, module tests through ansible-playbook, sandbox integration tests
-#   2. static checks: ansible-lint and ansible-test sanity
+#   2. static checks: ansible-lint, mypy, ruff and ansible-test sanity
 #   3. each molecule scenario on the sandbox's real systemd hosts (kept up between scenarios)
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints `N passed, N failed`.
 set -uo pipefail
@@ -35,8 +35,11 @@ write_suite() {
   } > "$JUNIT/$1.xml"
 }
 
-# Static checks: ansible-lint (production profile) and ansible-test sanity (pylint, validate-modules, ...).
+# Static checks: ansible-lint (production profile), mypy and ruff (settings in pyproject.toml) and
+# ansible-test sanity (pylint, validate-modules, ...).
 run_case static ansible-lint ansible-lint --offline
+run_case static mypy mypy
+run_case static ruff ruff check
 run_case static ansible-test-sanity make --no-print-directory sanity
 write_suite static
 
