@@ -23,7 +23,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import plan_layout
 
@@ -318,7 +318,7 @@ def summary_line(new: Dict[str, Any], old: Optional[Dict[str, Any]], comparison:
     if comparison["ratio"] is None:
         return "%s on %s: %s (%s)" % (name, host, verdict, "; ".join(comparison["notes"]) or "no ratio")
     at = comparison["at_concurrency"]
-    assert old is not None  # a ratio was computed, so there is an old run
+    old = cast(Dict[str, Any], old)  # a ratio was computed, so there is an old run
     new_value = levels_by_concurrency(new)[at]["output_throughput"]
     old_value = levels_by_concurrency(old)[at]["output_throughput"]
     gate = ""
