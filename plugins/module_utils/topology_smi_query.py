@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Parser of ``nvidia-smi --query-gpu=... --format=csv`` and of ``nvidia-smi -q``: names, UUIDs,
-bus ids, memory, PCIe link and compute capability per GPU.
+bus ids, memory, PCIe link and compute capability per GPU; and of the memory in use and the compute
+processes per GPU (``--query-gpu=index,uuid,memory.used``, ``--query-compute-apps``).
 
 Target side: Python standard library only.
 """
@@ -26,7 +27,11 @@ from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import
 
 __all__ = [
     "QUERY_FIELDS",
+    "MEMORY_USED_FIELDS",
+    "COMPUTE_APPS_FIELDS",
     "parse_query_csv",
+    "parse_memory_used_csv",
+    "parse_compute_apps_csv",
 ]
 
 
@@ -34,6 +39,12 @@ __all__ = [
 QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "pcie.link.gen.current",
                 "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max", "compute_cap",
                 "driver_version")
+
+# What is in use on each GPU: the index GPUs are named by, the UUID compute processes are reported
+# under, the memory in use (``--query-gpu=<these>``); and the compute processes
+# (``--query-compute-apps=<these>``; process_name is left out: a name may hold commas).
+MEMORY_USED_FIELDS = ("index", "uuid", "memory.used")
+COMPUTE_APPS_FIELDS = ("gpu_uuid", "pid", "used_memory")
 
 _UNIT_BYTES = {"b": 1, "kib": 1 << 10, "mib": MIB, "gib": 1 << 30, "tib": 1 << 40,
                "kb": 1 << 10, "mb": MIB, "gb": 1 << 30}
@@ -105,34 +116,48 @@ def parse_query_csv(text, source="query file"):
     return _parse_query_csv_lines(lines, source)
 
 
-def _parse_query_csv_lines(lines, source):
+def _csv_rows(lines, source, expected, required, aliases=None):
+    """The rows of nvidia-smi CSV (header row first) as [(line number, {column: (value, unit)})].
+
+    Column names are lower case without their unit, ``aliases`` (name -> name) applied; the unit comes
+    from the header (``memory.used [MiB]``), None when it has none. Comment lines (``# ...``) are
+    skipped. Raises TopologyError naming a ``required`` column the header lacks.
+    """
     numbered = [(number + 1, line) for number, line in enumerate(lines)
                 if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:
-        raise TopologyError("%s: only comments; expected %s" % (source, _QUERY_EXPECTED))
+        raise TopologyError("%s: only comments; expected %s" % (source, expected))
     header_line, header_text = numbered[0]
     header = next(csv.reader([header_text], skipinitialspace=True))
     fields = []
     for column in header:
         match = re.match(r"^\s*(.*?)\s*(?:\[(.*)\])?\s*$", column)
-        fields.append((match.group(1).lower(), (match.group(2) or "").strip() or None))
+        name = match.group(1).lower()
+        fields.append(((aliases or {}).get(name, name), (match.group(2) or "").strip() or None))
     names = [name for name, _unit in fields]
-    if "index" not in names:
-        raise TopologyError("%s line %d: no `index` column in the header %r; expected %s"
-                            % (source, header_line, header_text.strip()[:120], _QUERY_EXPECTED))
-
-    gpus = []
-    driver_version = None
+    for name in required:
+        if name not in names:
+            raise TopologyError("%s line %d: no `%s` column in the header %r; expected %s"
+                                % (source, header_line, name, header_text.strip()[:120], expected))
+    rows = []
     for number, line in numbered[1:]:
         values = next(csv.reader([line], skipinitialspace=True))
         if len(values) != len(fields):
             raise TopologyError("%s line %d: %d values, the header has %d columns (%s)"
                                 % (source, number, len(values), len(fields), ", ".join(names)))
+        rows.append((number, {name: (value.strip(), unit) for (name, unit), value in zip(fields, values)}))
+    return rows
+
+
+def _parse_query_csv_lines(lines, source):
+    gpus = []
+    driver_version = None
+    for number, columns in _csv_rows(lines, source, _QUERY_EXPECTED, ("index",)):
         row = {}
-        for (name, unit), value in zip(fields, values):
+        for name, value in columns.items():
             key = _QUERY_FIELDS.get(name)
             if key is not None:
-                row[key] = (value.strip(), unit)
+                row[key] = value
         index = int_or_none(row["index"][0])
         if index is None:
             raise TopologyError("%s line %d: index %r is not a number" % (source, number, row["index"][0]))
@@ -157,6 +182,62 @@ def _parse_query_csv_lines(lines, source):
         raise TopologyError("%s: the same index appears twice (%s)" % (source, indices))
     gpus.sort(key=lambda gpu: gpu["index"])
     return {"format": "query-csv", "gpus": gpus, "driver_version": driver_version, "cuda_version": None}
+
+
+_MEMORY_USED_EXPECTED = "`nvidia-smi --query-gpu=index,uuid,memory.used --format=csv` output (with its header row)"
+_COMPUTE_APPS_EXPECTED = "`nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv` output (with its header row)"
+# nvidia-smi prints the canonical names in the header; the aliases are what it accepts on the command line.
+_MEMORY_USED_ALIASES = {"gpu_uuid": "uuid"}
+_COMPUTE_APPS_ALIASES = {"uuid": "gpu_uuid", "used_gpu_memory": "used_memory"}
+
+
+def _mib(value, unit):
+    """MiB from '70112 MiB' or a bare number in the header's unit; None for [N/A] and the like."""
+    size = _size_bytes(value, unit)
+    return None if size is None else size // MIB
+
+
+def parse_memory_used_csv(text, source="memory query"):
+    """The memory in use per GPU from ``nvidia-smi --query-gpu=index,uuid,memory.used --format=csv``
+    (any columns, with or without ``nounits``, as long as ``index`` and ``memory.used`` are there).
+
+    Returns ``[{"index", "uuid", "memory_used_mib"}]`` sorted by index; ``uuid`` is None without that
+    column, ``memory_used_mib`` None where nvidia-smi has no answer ([N/A]).
+    """
+    require_text(text, source, _MEMORY_USED_EXPECTED)
+    gpus = []
+    for number, columns in _csv_rows(content_lines(text), source, _MEMORY_USED_EXPECTED, ("index", "memory.used"),
+                                     _MEMORY_USED_ALIASES):
+        index = int_or_none(columns["index"][0])
+        if index is None:
+            raise TopologyError("%s line %d: index %r is not a number" % (source, number, columns["index"][0]))
+        uuid = columns.get("uuid", (None, None))[0]
+        gpus.append({"index": index, "uuid": None if is_missing(uuid) else uuid,
+                     "memory_used_mib": _mib(*columns["memory.used"])})
+    indices = [gpu["index"] for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise TopologyError("%s: the same index appears twice (%s)" % (source, indices))
+    return sorted(gpus, key=lambda gpu: gpu["index"])
+
+
+def parse_compute_apps_csv(text, source="compute process query"):
+    """The compute processes from ``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv``.
+
+    Returns ``[{"gpu_uuid", "pid", "used_memory_mib"}]`` in nvidia-smi's order; empty for the header
+    alone (no process), for no output at all (``noheader``) and for "No running processes found".
+    ``used_memory_mib`` is None where nvidia-smi has no answer ([N/A], e.g. in a container).
+    """
+    lines = [line for line in content_lines(text or "")
+             if line.strip() and "no running processes found" not in line.lower()]
+    if not lines:
+        return []
+    apps = []
+    for number, columns in _csv_rows(lines, source, _COMPUTE_APPS_EXPECTED, COMPUTE_APPS_FIELDS, _COMPUTE_APPS_ALIASES):
+        pid = int_or_none(columns["pid"][0])
+        if pid is None:
+            raise TopologyError("%s line %d: pid %r is not a number" % (source, number, columns["pid"][0]))
+        apps.append({"gpu_uuid": columns["gpu_uuid"][0], "pid": pid, "used_memory_mib": _mib(*columns["used_memory"])})
+    return apps
 
 
 def _smi_q_sections(lines):
