@@ -7,6 +7,8 @@ into the run document the llmops.vllm.benchmark role keeps (plugin_utils/benchma
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from typing import Any, Callable, Dict, List, Optional
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.benchmark import (
@@ -17,8 +19,9 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.benchmark import (
 )
 
 
-def benchmark_run(level_files, host, name, served_model_name, url, started, finished, vllm_info, meta,
-                  workload, host_results_dir, started_stamp, file_name):
+def benchmark_run(level_files: List[Dict[str, Any]], host: str, name: str, served_model_name: str, url: str,
+                  started: str, finished: str, vllm_info: Optional[Dict[str, Any]], meta: Optional[Dict[str, Any]],
+                  workload: Dict[str, Any], host_results_dir: str, started_stamp: str, file_name: str) -> Dict[str, Any]:
     try:
         return build_run(meta, decode_level_files(level_files), workload, host=host, name=name,
                          served_model_name=served_model_name, url=url, started=started, finished=finished,
@@ -28,5 +31,5 @@ def benchmark_run(level_files, host, name, served_model_name, url, started, fini
 
 
 class FilterModule(object):
-    def filters(self):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"benchmark_run": benchmark_run}
