@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 # The contract models, the pydantic shim and the planner's rules, importable from here as before
 # (desired_state and the callers use planner.<name>).
@@ -132,7 +132,7 @@ def _parsers_and_speculation(model: ModelFacts, vllm: VllmFacts, request: PlanRe
         speculative = request.speculative_config
         notes.reasons.append("speculative decoding: %s (override)" % json.dumps(request.speculative_config, sort_keys=True))
     elif model.mtp_layers and request.speculative_config == "auto":
-        model_types = {model.text_model_type, model.model_type} - {None}
+        model_types = cast(Set[str], {model.text_model_type, model.model_type} - {None})
         supported = set(vllm.mtp_model_types or ())
         if has_flag(vllm, "--speculative-config") is False:
             notes.reasons.append("the config names %d MTP module(s), but vLLM %s has no --speculative-config flag: "
@@ -329,7 +329,7 @@ def _nearest_option(ctx: PlanContext, candidates: Sequence[Candidate], available
     model, request = ctx.model, ctx.request
     valid = [c for c in candidates if c.valid and c.memory]
     parts = []
-    with_room = [c for c in valid if c.memory.kv_cache_bytes > 0]
+    with_room = [c for c in valid if cast(MemoryPerGpu, c.memory).kv_cache_bytes > 0]
     if with_room:
         best = max(with_room, key=lambda c: c.kv_cache_tokens)
         largest = min(best.kv_cache_tokens // request.min_sequences, model.max_position_embeddings or 10 ** 9)
@@ -340,7 +340,7 @@ def _nearest_option(ctx: PlanContext, candidates: Sequence[Candidate], available
         if seqs >= 1:
             parts.append("or %d sequence(s) of %d tokens" % (seqs, ctx.max_model_len))
     if not parts and valid:
-        ref = valid[0].memory
+        ref = cast(MemoryPerGpu, valid[0].memory)
         per_gpu_room = ref.cap_bytes - ref.overhead_bytes
         if per_gpu_room > 0:
             need = int(math.ceil(ctx.weights / per_gpu_room))
@@ -428,14 +428,14 @@ def _explain_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Ca
             notes.reasons.append("the TP group spans NUMA nodes; its all-reduce runs over NVLink, so that costs little")
         else:
             notes.warnings.append("the TP group spans NUMA nodes: its all-reduce crosses the inter-socket link")
-    mem = cand.memory
+    mem = cast(MemoryPerGpu, cand.memory)
     notes.reasons.append("memory per GPU: cap %s (%g x %s) = weights %s + overhead %s + KV cache %s -> %d tokens, "
                          "%d sequences of %d" % (
-                             gib_text(mem.cap_bytes), plan_.gpu_memory_utilization, gib_text(mem.gpu_memory_bytes),
+                             gib_text(mem.cap_bytes), cast(float, plan_.gpu_memory_utilization), gib_text(mem.gpu_memory_bytes),
                              gib_text(mem.weights_bytes), gib_text(mem.overhead_bytes), gib_text(mem.kv_cache_bytes),
-                             cand.kv_cache_tokens, plan_.max_concurrent_sequences, ctx.max_model_len))
+                             cand.kv_cache_tokens, cast(int, plan_.max_concurrent_sequences), ctx.max_model_len))
     notes.reasons.append("attention %s: %d KV bytes per token per GPU%s" % (
-        model.attention.upper(), plan_.kv_cache_bytes_per_token,
+        model.attention.upper(), cast(int, plan_.kv_cache_bytes_per_token),
         " (MLA latent KV is replicated on every TP rank)" if model.attention == "mla" else
         " (%d KV heads over %d rank(s))" % (model.num_kv_heads, min(tp, model.num_kv_heads))))
 
@@ -447,7 +447,7 @@ def _fill_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candi
     plan_.layout = cand.label
     plan_.tensor_parallel_size, plan_.data_parallel_size, plan_.enable_expert_parallel = tp, dp, ep
     plan_.gpu_indices, plan_.numa_node = cand.gpu_indices, cand.numa_node
-    mem = cand.memory
+    mem = cast(MemoryPerGpu, cand.memory)
     plan_.gpu_memory_bytes = mem.gpu_memory_bytes
     plan_.weights_bytes_per_gpu, plan_.overhead_bytes_per_gpu = mem.weights_bytes, mem.overhead_bytes
     plan_.kv_cache_bytes_per_gpu = mem.kv_cache_bytes
@@ -462,7 +462,7 @@ def _fill_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candi
         argv += ["--data-parallel-size", str(dp)]
     if ep:
         argv.append("--enable-expert-parallel")
-    argv += ["--max-model-len", str(ctx.max_model_len), "--gpu-memory-utilization", "%g" % plan_.gpu_memory_utilization]
+    argv += ["--max-model-len", str(ctx.max_model_len), "--gpu-memory-utilization", "%g" % cast(float, plan_.gpu_memory_utilization)]
     if request.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", request.kv_cache_dtype]
     if enforce_eager:
