@@ -11,6 +11,7 @@ Target side: Python standard library only.
 from __future__ import annotations
 
 import re
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 __all__ = [
     "TopologyError",
@@ -49,11 +50,11 @@ _MISSING = {"", "n/a", "[n/a]", "not supported", "[not supported]", "unknown", "
 MIB = 1 << 20
 
 
-def is_missing(value):
+def is_missing(value: Optional[str]) -> bool:
     return value is None or value.strip().lower() in _MISSING
 
 
-def int_or_none(value):
+def int_or_none(value: Any) -> Optional[int]:
     """An int from '16', '16x', ' 5 '; None for N/A, '[Not Supported]' and other non-numbers."""
     if value is None:
         return None
@@ -61,12 +62,12 @@ def int_or_none(value):
     return int(match.group(1)) if match else None
 
 
-def parse_cpulist(text):
+def parse_cpulist(text: Optional[str]) -> Set[int]:
     """The set of CPU ids in a Linux cpulist such as '0-63,128-191' (the kernel's format).
 
     Raises ValueError (not TopologyError: callers name the input) when it is not a cpulist.
     """
-    cpus = set()
+    cpus: Set[int] = set()
     text = (text or "").strip()
     if not text:
         return cpus
@@ -83,13 +84,13 @@ def parse_cpulist(text):
     return cpus
 
 
-def cpulist(cpus):
+def cpulist(cpus: Iterable[int]) -> str:
     """Compress CPU ids into the kernel's cpulist form: [0, 1, 2, 3, 8] -> '0-3,8'.
 
     numactl prints one id per CPU ("0 1 2 ... 63 128 ..."); nvidia-smi, sysfs and taskset use
     the compressed form, so facts compare and read the same whichever source they came from.
     """
-    ranges = []
+    ranges: List[List[int]] = []
     for cpu in sorted(set(cpus)):
         if ranges and cpu == ranges[-1][1] + 1:
             ranges[-1][1] = cpu
@@ -98,7 +99,7 @@ def cpulist(cpus):
     return ",".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges)
 
 
-def bus_key(bus_id):
+def bus_key(bus_id: Optional[str]) -> Optional[Tuple[int, int, int, int]]:
     """A comparable key for a PCI address in any spelling.
 
     nvidia-smi and NVML write a 32-bit domain in upper case ('00000000:06:00.0'), sysfs a 16-bit
@@ -114,7 +115,7 @@ def bus_key(bus_id):
     return (domain, int(match.group(2), 16), int(match.group(3), 16), int(match.group(4)))
 
 
-def nvidia_bus_id(bus_id):
+def nvidia_bus_id(bus_id: Optional[str]) -> Optional[str]:
     """A PCI address written the way nvidia-smi writes it: '00000000:06:00.0'."""
     key = bus_key(bus_id)
     if key is None:
@@ -122,14 +123,15 @@ def nvidia_bus_id(bus_id):
     return "%08X:%02X:%02X.%X" % key
 
 
-def pcie_fact(gen_current=None, gen_max=None, width_current=None, width_max=None):
+def pcie_fact(gen_current: Optional[int] = None, gen_max: Optional[int] = None, width_current: Optional[int] = None,
+              width_max: Optional[int] = None) -> Dict[str, Any]:
     """The pcie fact: generation and width, current and max, and whether the width is degraded.
 
     Only the width counts as degraded: GPUs drop the link generation at idle to save power (Gen1
     on an idle L40S is normal) and train back up under load, but a narrower link stays narrow
     (a x16 card in an x8 slot or on a bad riser).
     """
-    degraded = None
+    degraded: Optional[bool] = None
     if width_current is not None and width_max is not None:
         degraded = width_current < width_max
     return {"gen_current": gen_current, "gen_max": gen_max, "width_current": width_current,
@@ -162,7 +164,7 @@ _COMPUTE_CAPABILITY_BY_ARCHITECTURE = {"hopper": "9.0", "ada lovelace": "8.9", "
                                        "volta": "7.0"}
 
 
-def infer_compute_capability(name, architecture=None):
+def infer_compute_capability(name: Optional[str], architecture: Optional[str] = None) -> Optional[str]:
     """Compute capability ('9.0') from a GPU's product name (or architecture), None if unknown."""
     for pattern, capability in _COMPUTE_CAPABILITY_BY_NAME:
         if name and re.search(pattern, name):
@@ -172,12 +174,12 @@ def infer_compute_capability(name, architecture=None):
     return None
 
 
-def content_lines(text):
+def content_lines(text: str) -> List[str]:
     """Lines without ANSI escapes and carriage returns."""
     return [ANSI_RE.sub("", line).rstrip("\r") for line in text.splitlines()]
 
 
-def require_text(text, source, expected):
+def require_text(text: Any, source: str, expected: str) -> None:
     """Refuse a missing or blank input, naming it and what was expected."""
     if text is None or not isinstance(text, str):
         raise TopologyError("%s: no text given; expected %s" % (source, expected))
@@ -185,7 +187,7 @@ def require_text(text, source, expected):
         raise TopologyError("%s: empty; expected %s" % (source, expected))
 
 
-def read_text(path):
+def read_text(path: str) -> Optional[str]:
     """A small file's stripped text (sysfs, procfs), None when it cannot be read."""
     try:
         with open(path) as handle:
@@ -194,6 +196,6 @@ def read_text(path):
         return None
 
 
-def as_text(value):
+def as_text(value: Union[str, bytes, None]) -> Optional[str]:
     """str from what a command runner or pynvml returns (bytes on some versions)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

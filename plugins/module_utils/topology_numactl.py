@@ -10,6 +10,7 @@ Target side: Python standard library only.
 from __future__ import annotations
 
 import re
+from typing import Any, Dict, List, Optional, cast
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     TopologyError,
@@ -26,7 +27,7 @@ __all__ = [
 _NUMACTL_EXPECTED = "`numactl -H` (`numactl --hardware`) output"
 
 
-def parse_numactl(text, source="numactl file"):
+def parse_numactl(text: Optional[str], source: str = "numactl file") -> Dict[str, Any]:
     """Parse ``numactl -H`` / ``numactl --hardware``.
 
     Returns ``{"nodes": {id: {...}}, "distances": {id: {id: distance}}}``. Per node: ``cpus``
@@ -36,11 +37,11 @@ def parse_numactl(text, source="numactl file"):
     "No NUMA available on this system" gives no nodes.
     """
     require_text(text, source, _NUMACTL_EXPECTED)
-    nodes = {}
-    distances = {}
-    distance_columns = None
+    nodes: Dict[int, Dict[str, Any]] = {}
+    distances: Dict[int, Dict[int, int]] = {}
+    distance_columns: Optional[List[int]] = None
     available = False
-    for number, line in enumerate(content_lines(text), 1):
+    for number, line in enumerate(content_lines(cast(str, text)), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue

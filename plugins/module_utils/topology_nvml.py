@@ -12,6 +12,7 @@ Target side: Python standard library only; ``pynvml`` is imported lazily and is 
 from __future__ import annotations
 
 import os
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     TopologyError,
@@ -36,12 +37,12 @@ _NVML_TOPOLOGY_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 5
 _NVLINK_REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 
 
-def load_nvml(nvml_module=None):
+def load_nvml(nvml_module: Any = None) -> Tuple[Any, Optional[str]]:
     """(pynvml module initialised, None) or (None, why NVML cannot be used)."""
-    nvml = nvml_module
+    nvml: Any = nvml_module
     if nvml is None:
         try:
-            import pynvml as nvml  # optional: nvidia-ml-py in the interpreter that runs this
+            import pynvml as nvml  # type: ignore[no-redef]  # optional: nvidia-ml-py in the interpreter that runs this
         except ImportError as exc:
             return None, "the pynvml module (package nvidia-ml-py) is not installed (%s)" % exc
     try:
@@ -51,12 +52,12 @@ def load_nvml(nvml_module=None):
     return nvml, None
 
 
-def nvml_collect(nvml, errors):
+def nvml_collect(nvml: Any, errors: List[str]) -> Dict[str, Any]:
     """Everything the snapshot holds, each NVML call on its own so one unsupported call costs
     only its own fact (VMs answer "Not Supported" for NUMA, some drivers lack NVLink queries)."""
     nvml_error = getattr(nvml, "NVMLError", Exception)
 
-    def call(label, function_name, *args, **options):
+    def call(label: str, function_name: str, *args: Any, **options: Any) -> Any:
         function = getattr(nvml, function_name, None)
         try:
             if function is None:
@@ -69,14 +70,14 @@ def nvml_collect(nvml, errors):
                 errors.append(message)
             return None
 
-    snapshot = {"driver_version": as_text(call("system", "nvmlSystemGetDriverVersion")),
+    snapshot: Dict[str, Any] = {"driver_version": as_text(call("system", "nvmlSystemGetDriverVersion")),
                 "cuda_version": None, "gpus": [], "links": [], "errors": errors}
     cuda = call("system", "nvmlSystemGetCudaDriverVersion")
     if isinstance(cuda, int) and cuda > 0:
         snapshot["cuda_version"] = "%d.%d" % (cuda // 1000, (cuda % 1000) // 10)
 
     count = call("system", "nvmlDeviceGetCount") or 0
-    handles = []
+    handles: List[Any] = []
     words = max(1, ((os.cpu_count() or 1) + 63) // 64)
     max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)
     for position in range(count):
@@ -90,12 +91,12 @@ def nvml_collect(nvml, errors):
         capability = call(label, "nvmlDeviceGetCudaComputeCapability", handle)
         numa_node = call(label, "nvmlDeviceGetNumaNodeId", handle)
         affinity = call(label, "nvmlDeviceGetCpuAffinity", handle, words)
-        cpus = set()
+        cpus: Set[int] = set()
         for word_index, word in enumerate(affinity or []):
             word = int(word)
             cpus.update(word_index * 64 + bit for bit in range(64) if word >> bit & 1)
 
-        nvlinks = []
+        nvlinks: List[Dict[str, Any]] = []
         for link in range(max_links):
             # PCIe-only GPUs, and link numbers past the GPU's last, answer an error here: the
             # end of the list, not a failure worth recording.
@@ -138,7 +139,7 @@ def nvml_collect(nvml, errors):
 
     p2p_nvlink = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)
     for row, (first, first_handle) in enumerate(zip(gpus, handles)):
-        cells = []
+        cells: List[Optional[str]] = []
         for column, (second, second_handle) in enumerate(zip(gpus, handles)):
             if row == column:
                 cells.append("X")
@@ -160,7 +161,7 @@ def nvml_collect(nvml, errors):
     return snapshot
 
 
-def _nvlink_count(first, second):
+def _nvlink_count(first: Dict[str, Any], second: Dict[str, Any]) -> int:
     """Active NVLinks between two GPUs: direct links to the peer, or, through NVSwitches, the
     smaller of the two GPUs' switch link counts (that is how `topo -m` reports NV18 on HGX)."""
     direct = sum(1 for link in first["nvlinks"]
@@ -171,11 +172,11 @@ def _nvlink_count(first, second):
                for gpu in (first, second))
 
 
-def _switch_only(first, second):
+def _switch_only(first: Dict[str, Any], second: Dict[str, Any]) -> bool:
     return all(link["remote_type"] == "switch" for gpu in (first, second) for link in gpu["nvlinks"])
 
 
-def nvml_snapshot(nvml_module=None):
+def nvml_snapshot(nvml_module: Any = None) -> Optional[Dict[str, Any]]:
     """What NVML says about every GPU, as a JSON-serialisable dict; None when NVML is unavailable.
 
     Record it on a GPU host (``json.dump(nvml_snapshot(), ...)``) and pass it to
@@ -199,7 +200,7 @@ def nvml_snapshot(nvml_module=None):
             pass
 
 
-def check_nvml_snapshot(nvml):
+def check_nvml_snapshot(nvml: Any) -> None:
     """Refuse a recorded snapshot that is not what nvml_snapshot() writes, before it is merged."""
     if not isinstance(nvml, dict) or not isinstance(nvml.get("gpus"), list):
         raise TopologyError("nvml snapshot: expected a dict with a `gpus` list, as nvml_snapshot() returns")

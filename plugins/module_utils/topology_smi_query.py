@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import re
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     MIB,
@@ -66,14 +67,18 @@ _QUERY_FIELDS = {
     "compute_cap": "compute_capability",
     "driver_version": "driver_version",
 }
+# One CSV row: column name -> (value, unit from the header or None).
+_Columns = Dict[str, Tuple[str, Optional[str]]]
+# One `nvidia-smi -q` section: path of names -> value.
+_Section = Dict[Tuple[str, ...], str]
 _SMI_Q_GPU_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 
 
-def _size_bytes(value, default_unit=None):
+def _size_bytes(value: Optional[str], default_unit: Optional[str] = None) -> Optional[int]:
     """Bytes from '143771 MiB', '97887 MiB', or a bare number in the header's unit."""
     if is_missing(value):
         return None
-    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$", value)
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$", cast(str, value))
     if not match:
         return None
     unit = (match.group(2) or default_unit or "").lower()
@@ -82,20 +87,20 @@ def _size_bytes(value, default_unit=None):
     return int(float(match.group(1)) * _UNIT_BYTES[unit])
 
 
-def _compute_capability(value):
+def _compute_capability(value: Optional[str]) -> Optional[str]:
     """'9.0' from nvidia-smi's compute_cap ('9.0', '12.0'); None when missing."""
     if is_missing(value):
         return None
-    match = re.match(r"^\s*(\d+)\.(\d+)\s*$", value)
+    match = re.match(r"^\s*(\d+)\.(\d+)\s*$", cast(str, value))
     return "%d.%d" % (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def _empty_query_gpu(index):
+def _empty_query_gpu(index: int) -> Dict[str, Any]:
     return {"index": index, "name": None, "uuid": None, "bus_id": None, "memory_bytes": None,
             "compute_capability": None, "pcie": pcie_fact(), "driver_version": None}
 
 
-def parse_query_csv(text, source="query file"):
+def parse_query_csv(text: Optional[str], source: str = "query file") -> Dict[str, Any]:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` (any subset of fields) or ``nvidia-smi -q``.
 
     The format is detected: ``-q`` output has the "==NVSMI LOG==" banner or "GPU 00000000:06:00.0"
@@ -110,13 +115,14 @@ def parse_query_csv(text, source="query file"):
     ``driver_version``. Missing fields are None.
     """
     require_text(text, source, _QUERY_EXPECTED)
-    lines = content_lines(text)
+    lines = content_lines(cast(str, text))
     if any(_SMI_Q_GPU_RE.match(line) for line in lines) or any("NVSMI LOG" in line for line in lines):
         return _parse_nvidia_smi_q(lines, source)
     return _parse_query_csv_lines(lines, source)
 
 
-def _csv_rows(lines, source, expected, required, aliases=None):
+def _csv_rows(lines: Sequence[str], source: str, expected: str, required: Sequence[str],
+              aliases: Optional[Mapping[str, str]] = None) -> List[Tuple[int, _Columns]]:
     """The rows of nvidia-smi CSV (header row first) as [(line number, {column: (value, unit)})].
 
     Column names are lower case without their unit, ``aliases`` (name -> name) applied; the unit comes
@@ -129,9 +135,9 @@ def _csv_rows(lines, source, expected, required, aliases=None):
         raise TopologyError("%s: only comments; expected %s" % (source, expected))
     header_line, header_text = numbered[0]
     header = next(csv.reader([header_text], skipinitialspace=True))
-    fields = []
+    fields: List[Tuple[str, Optional[str]]] = []
     for column in header:
-        match = re.match(r"^\s*(.*?)\s*(?:\[(.*)\])?\s*$", column)
+        match = cast("re.Match[str]", re.match(r"^\s*(.*?)\s*(?:\[(.*)\])?\s*$", column))
         name = match.group(1).lower()
         fields.append(((aliases or {}).get(name, name), (match.group(2) or "").strip() or None))
     names = [name for name, _unit in fields]
@@ -139,7 +145,7 @@ def _csv_rows(lines, source, expected, required, aliases=None):
         if name not in names:
             raise TopologyError("%s line %d: no `%s` column in the header %r; expected %s"
                                 % (source, header_line, name, header_text.strip()[:120], expected))
-    rows = []
+    rows: List[Tuple[int, _Columns]] = []
     for number, line in numbered[1:]:
         values = next(csv.reader([line], skipinitialspace=True))
         if len(values) != len(fields):
@@ -149,15 +155,15 @@ def _csv_rows(lines, source, expected, required, aliases=None):
     return rows
 
 
-def _parse_query_csv_lines(lines, source):
-    gpus = []
-    driver_version = None
+def _parse_query_csv_lines(lines: Sequence[str], source: str) -> Dict[str, Any]:
+    gpus: List[Dict[str, Any]] = []
+    driver_version: Optional[str] = None
     for number, columns in _csv_rows(lines, source, _QUERY_EXPECTED, ("index",)):
-        row = {}
-        for name, value in columns.items():
+        row: _Columns = {}
+        for name, cell in columns.items():
             key = _QUERY_FIELDS.get(name)
             if key is not None:
-                row[key] = value
+                row[key] = cell
         index = int_or_none(row["index"][0])
         if index is None:
             raise TopologyError("%s line %d: index %r is not a number" % (source, number, row["index"][0]))
@@ -191,13 +197,13 @@ _MEMORY_USED_ALIASES = {"gpu_uuid": "uuid"}
 _COMPUTE_APPS_ALIASES = {"uuid": "gpu_uuid", "used_gpu_memory": "used_memory"}
 
 
-def _mib(value, unit):
+def _mib(value: Optional[str], unit: Optional[str]) -> Optional[int]:
     """MiB from '70112 MiB' or a bare number in the header's unit; None for [N/A] and the like."""
     size = _size_bytes(value, unit)
     return None if size is None else size // MIB
 
 
-def parse_memory_used_csv(text, source="memory query"):
+def parse_memory_used_csv(text: Optional[str], source: str = "memory query") -> List[Dict[str, Any]]:
     """The memory in use per GPU from ``nvidia-smi --query-gpu=index,uuid,memory.used --format=csv``
     (any columns, with or without ``nounits``, as long as ``index`` and ``memory.used`` are there).
 
@@ -205,8 +211,8 @@ def parse_memory_used_csv(text, source="memory query"):
     column, ``memory_used_mib`` None where nvidia-smi has no answer ([N/A]).
     """
     require_text(text, source, _MEMORY_USED_EXPECTED)
-    gpus = []
-    for number, columns in _csv_rows(content_lines(text), source, _MEMORY_USED_EXPECTED, ("index", "memory.used"),
+    gpus: List[Dict[str, Any]] = []
+    for number, columns in _csv_rows(content_lines(cast(str, text)), source, _MEMORY_USED_EXPECTED, ("index", "memory.used"),
                                      _MEMORY_USED_ALIASES):
         index = int_or_none(columns["index"][0])
         if index is None:
@@ -220,7 +226,7 @@ def parse_memory_used_csv(text, source="memory query"):
     return sorted(gpus, key=lambda gpu: gpu["index"])
 
 
-def parse_compute_apps_csv(text, source="compute process query"):
+def parse_compute_apps_csv(text: Optional[str], source: str = "compute process query") -> List[Dict[str, Any]]:
     """The compute processes from ``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv``.
 
     Returns ``[{"gpu_uuid", "pid", "used_memory_mib"}]`` in nvidia-smi's order; empty for the header
@@ -231,7 +237,7 @@ def parse_compute_apps_csv(text, source="compute process query"):
              if line.strip() and "no running processes found" not in line.lower()]
     if not lines:
         return []
-    apps = []
+    apps: List[Dict[str, Any]] = []
     for number, columns in _csv_rows(lines, source, _COMPUTE_APPS_EXPECTED, COMPUTE_APPS_FIELDS, _COMPUTE_APPS_ALIASES):
         pid = int_or_none(columns["pid"][0])
         if pid is None:
@@ -240,11 +246,11 @@ def parse_compute_apps_csv(text, source="compute process query"):
     return apps
 
 
-def _smi_q_sections(lines):
+def _smi_q_sections(lines: Sequence[str]) -> Tuple[_Section, List[Tuple[str, _Section]]]:
     """``nvidia-smi -q`` as (top-level values, [(bus id, {path tuple: value})]) by indentation."""
-    top = {}
-    gpus = []
-    stack = []  # (indent, section name)
+    top: _Section = {}
+    gpus: List[Tuple[str, _Section]] = []
+    stack: List[Tuple[int, str]] = []  # (indent, section name)
     current = top
     for line in lines:
         if not line.strip() or line.startswith("="):
@@ -268,19 +274,19 @@ def _smi_q_sections(lines):
     return top, gpus
 
 
-def _section_reader(values):
+def _section_reader(values: _Section) -> Callable[..., Optional[str]]:
     """value(*path) -> the value at that path of one GPU's section, None when missing or N/A."""
-    def value(*path):
+    def value(*path: str) -> Optional[str]:
         found = values.get(path)
         return None if is_missing(found) else found
     return value
 
 
-def _parse_nvidia_smi_q(lines, source):
+def _parse_nvidia_smi_q(lines: Sequence[str], source: str) -> Dict[str, Any]:
     top, sections = _smi_q_sections(lines)
     if not sections:
         raise TopologyError("%s: `nvidia-smi -q` banner but no `GPU <bus id>` section" % source)
-    gpus = []
+    gpus: List[Dict[str, Any]] = []
     # nvidia-smi's index is its enumeration order, which is PCI bus order: the order of the
     # sections. ("Minor Number" is the /dev/nvidiaN number, not the index.)
     for index, (bus_id, values) in enumerate(sections):

@@ -10,6 +10,7 @@ Target side: Python standard library only.
 from __future__ import annotations
 
 import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     TopologyError,
@@ -35,14 +36,14 @@ _DEVICE_COLUMN_RE = re.compile(r"^(GPU\d+|NIC\d+|[a-z][\w.-]*)$")
 _GPU_COLUMN_RE = re.compile(r"^GPU(\d+)$")
 
 
-def _topo_header_columns(tokens):
+def _topo_header_columns(tokens: Sequence[str]) -> Tuple[List[str], List[str]]:
     """Split the header row into device columns and attribute columns."""
-    devices = []
+    devices: List[str] = []
     position = 0
     while position < len(tokens) and _DEVICE_COLUMN_RE.match(tokens[position]):
         devices.append(tokens[position])
         position += 1
-    attributes = []
+    attributes: List[str] = []
     while position < len(tokens):
         for words in _TOPO_ATTRIBUTE_COLUMNS:
             if tuple(tokens[position:position + len(words)]) == words:
@@ -57,14 +58,14 @@ def _topo_header_columns(tokens):
     return devices, attributes
 
 
-def _topo_numa(value):
+def _topo_numa(value: Optional[str]) -> Optional[int]:
     """The NUMA Affinity cell: an int, or None for N/A (VMs, single-node hosts on old drivers)."""
     if is_missing(value):
         return None
     return int_or_none(value)
 
 
-def parse_topo_matrix(text, source="topo file"):
+def parse_topo_matrix(text: Optional[str], source: str = "topo file") -> Dict[str, Any]:
     """Parse ``nvidia-smi topo -m`` as it really comes.
 
     Accepts tab- or space-separated columns, ANSI underline escapes on the header, the empty cell
@@ -83,9 +84,9 @@ def parse_topo_matrix(text, source="topo file"):
     Raises TopologyError naming ``source`` when the text is not ``topo -m`` output.
     """
     require_text(text, source, _TOPO_EXPECTED)
-    lines = content_lines(text)
+    lines = content_lines(cast(str, text))
 
-    header_at = None
+    header_at: Optional[int] = None
     for number, line in enumerate(lines):
         tokens = line.split()
         # The header is the first row that starts with GPU0 and is not GPU0's own row ("GPU0 X").
@@ -99,7 +100,7 @@ def parse_topo_matrix(text, source="topo file"):
     devices, attributes = _topo_header_columns(lines[header_at].split())
     gpu_columns = [name for name in devices if _GPU_COLUMN_RE.match(name)]
 
-    rows = {}
+    rows: Dict[str, Tuple[Dict[str, str], List[str]]] = {}
     end = len(lines)
     for number in range(header_at + 1, len(lines)):
         tokens = lines[number].split()
@@ -138,19 +139,19 @@ def parse_topo_matrix(text, source="topo file"):
                             % (source, " ".join(gpu_columns), " ".join(missing)))
 
     # "NIC0: mlx5_0" lines of the NIC Legend name the NICs.
-    nic_devices = {}
+    nic_devices: Dict[str, str] = {}
     for line in lines[end:]:
         match = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", line)
         if match:
             nic_devices[match.group(1)] = match.group(2)
 
-    gpu_columns.sort(key=lambda name: int(_GPU_COLUMN_RE.match(name).group(1)))
-    gpus = []
+    gpu_columns.sort(key=lambda name: int(cast("re.Match[str]", _GPU_COLUMN_RE.match(name)).group(1)))
+    gpus: List[Dict[str, Any]] = []
     for name in gpu_columns:
         values = dict(zip(attributes, rows[name][1]))
         affinity = values.get("CPU Affinity")
         gpus.append({
-            "index": int(_GPU_COLUMN_RE.match(name).group(1)),
+            "index": int(cast("re.Match[str]", _GPU_COLUMN_RE.match(name)).group(1)),
             "cpu_affinity": None if is_missing(affinity) else affinity,
             "numa_node": _topo_numa(values.get("NUMA Affinity")),
             "gpu_numa_id": _topo_numa(values.get("GPU NUMA ID")),

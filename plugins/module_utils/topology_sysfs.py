@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     bus_key,
@@ -31,18 +32,18 @@ __all__ = [
 _PCIE_GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 
 
-def _pcie_gen_from_speed(speed):
+def _pcie_gen_from_speed(speed: Optional[str]) -> Optional[int]:
     """PCIe generation from a sysfs link speed such as '32.0 GT/s PCIe' (None if unknown)."""
     match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*GT/s", speed or "")
     return _PCIE_GEN_BY_GTS.get(float(match.group(1))) if match else None
 
 
-def _positive(value):
+def _positive(value: Optional[str]) -> Optional[int]:
     number = int_or_none(value)
     return number if number is not None and number > 0 else None
 
 
-def read_sysfs(root="/"):
+def read_sysfs(root: str = "/") -> Dict[str, Any]:
     """NVIDIA GPUs and NUMA nodes as the kernel sees them under ``root`` (a real or a fake tree).
 
     GPUs: every PCI device under ``sys/bus/pci/devices`` with vendor 0x10de and a display class
@@ -56,7 +57,7 @@ def read_sysfs(root="/"):
     Returns ``{"gpus": [...sorted by bus id], "numa_nodes": {id: {...}}}``; a missing tree gives
     empty results (containers, non-Linux).
     """
-    gpus = []
+    gpus: List[Dict[str, Any]] = []
     pci_dir = os.path.join(root, "sys", "bus", "pci", "devices")
     try:
         addresses = os.listdir(pci_dir)
@@ -84,7 +85,7 @@ def read_sysfs(root="/"):
         })
     gpus.sort(key=lambda gpu: bus_key(gpu["bus_id"]) or (1 << 32,))
 
-    numa_nodes = {}
+    numa_nodes: Dict[int, Dict[str, Any]] = {}
     node_dir = os.path.join(root, "sys", "devices", "system", "node")
     try:
         entries = os.listdir(node_dir)
@@ -101,7 +102,7 @@ def read_sysfs(root="/"):
             cpus = parse_cpulist(cpus_text)
         except ValueError:
             continue
-        memory = None
+        memory: Optional[int] = None
         meminfo = read_text(os.path.join(node_dir, entry, "meminfo")) or ""
         found = re.search(r"MemTotal:\s*(\d+)\s*kB", meminfo)
         if found:
