@@ -286,3 +286,28 @@ def test_bytes_from_the_runner_are_read():
 
     memory, apps = gpu_free.read_usage(runner, "nvidia-smi")
     assert [gpu["memory_used_mib"] for gpu in memory] == [0, 0] and apps == []
+
+
+# ----------------------------------------------------------------------------- a real H200, replayed
+
+H200_HELD = os.path.join(FIXTURES, "gpu", "1x-h200-gpu-free-2026-12-01")
+
+
+def h200_usage(phase):
+    with open(os.path.join(H200_HELD, phase + ".memory-used.csv")) as memory, open(os.path.join(H200_HELD, phase + ".compute-apps.csv")) as apps:
+        return parse_memory_used_csv(memory.read()), parse_compute_apps_csv(apps.read())
+
+
+def test_a_real_h200_held_by_a_cuda_allocation_is_busy_and_names_the_pid():
+    """tests/gpu/gpu_free_check.py held GPU 0 with a 4 GiB cuMemAlloc (pid 437) and captured nvidia-smi."""
+    memory, apps = h200_usage("busy")
+    gpus = gpu_free.gpu_usage(memory, apps, [0], 1024)
+    assert [gpu["index"] for gpu in gpus if gpu["busy"]] == [0]
+    assert gpus[0]["memory_used_mib"] == 4623 and gpus[0]["processes"] == [{"pid": 437, "used_memory_mib": 4614}]
+    assert "pid 437 (4614 MiB)" in gpu_free.busy_message({"gpus": gpus, "busy_gpus": [0], "seconds": 6}, 1024)
+
+
+@pytest.mark.parametrize("phase", ["idle", "released"])
+def test_a_real_idle_h200_is_free(phase):
+    memory, apps = h200_usage(phase)
+    assert apps == [] and not any(gpu["busy"] for gpu in gpu_free.gpu_usage(memory, apps, [0], 1024))
