@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     MIB,
@@ -70,15 +71,20 @@ __all__ = [
 
 USE_NVML_CHOICES = ("auto", "always", "never")
 
+# A parsed source or the merged facts: plain JSON-ready data.
+Facts = Dict[str, Any]
+# run_command(argv) -> (rc, stdout, stderr), as AnsibleModule.run_command (bytes on some runners).
+RunCommand = Callable[[List[str]], Tuple[int, Union[str, bytes, None], Union[str, bytes, None]]]
 
-def read_host(root="/"):
+
+def read_host(root: str = "/") -> Dict[str, Optional[int]]:
     """Host memory (MemTotal of ``root/proc/meminfo``) and online CPU count, None when unknown."""
-    memory = None
+    memory: Optional[int] = None
     found = re.search(r"^MemTotal:\s*(\d+)\s*kB", read_text(os.path.join(root, "proc", "meminfo")) or "",
                       re.M)
     if found:
         memory = int(found.group(1)) * 1024
-    cpu_count = None
+    cpu_count: Optional[int] = None
     online = read_text(os.path.join(root, "sys", "devices", "system", "cpu", "online"))
     if online:
         try:
@@ -95,7 +101,8 @@ def read_host(root="/"):
 # --------------------------------------------------------------------------------------------
 
 
-def build_topology(topo_text=None, query_text=None, numactl_text=None, sysfs_root=None, nvml=None):
+def build_topology(topo_text: Optional[str] = None, query_text: Optional[str] = None, numactl_text: Optional[str] = None,
+                   sysfs_root: Optional[str] = None, nvml: Optional[Facts] = None) -> Facts:
     """The topology facts (the ``llmops-vllm topology --json`` contract) from captured outputs.
 
     Each argument is optional: ``topo_text`` (``nvidia-smi topo -m``), ``query_text`` (the
@@ -114,7 +121,7 @@ def build_topology(topo_text=None, query_text=None, numactl_text=None, sysfs_roo
     topo = parse_topo_matrix(topo_text) if topo_text is not None else None
     query = parse_query_csv(query_text) if query_text is not None else None
     numactl = parse_numactl(numactl_text) if numactl_text is not None else None
-    sysfs = None
+    sysfs: Optional[Facts] = None
     if sysfs_root is not None:
         if not os.path.isdir(sysfs_root):
             raise TopologyError("sysfs root %s: not a directory; expected a directory that holds "
@@ -125,16 +132,17 @@ def build_topology(topo_text=None, query_text=None, numactl_text=None, sysfs_roo
     return _assemble(topo=topo, query=query, numactl=numactl, sysfs=sysfs, nvml=nvml)
 
 
-def _first(*candidates):
+def _first(*candidates: Any) -> Any:
     for candidate in candidates:
         if candidate is not None:
             return candidate
     return None
 
 
-def _match_gpus(query, nvml, topo, warnings):
+def _match_gpus(query: Optional[Facts], nvml: Optional[Facts], topo: Optional[Facts], warnings: List[str]
+                ) -> Dict[int, Dict[str, Facts]]:
     """Records {index: {"query": gpu, "nvml": gpu, "topo": gpu}} matched by bus id, else index."""
-    records = {}
+    records: Dict[int, Dict[str, Facts]] = {}
     for gpu in (query or {}).get("gpus", []):
         records[gpu["index"]] = {"query": gpu}
     by_bus = {bus_key(record["query"]["bus_id"]): index for index, record in records.items()
@@ -164,14 +172,14 @@ def _match_gpus(query, nvml, topo, warnings):
     return records
 
 
-def _attach_sysfs(records, sysfs, warnings):
+def _attach_sysfs(records: Dict[int, Dict[str, Facts]], sysfs: Facts, warnings: List[str]) -> None:
     """Give each record its sysfs GPU: by bus id, or by position when nothing has a bus id
     (nvidia-smi enumerates GPUs in PCI bus order, which is how read_sysfs sorts them)."""
     sysfs_gpus = list(sysfs["gpus"])
     by_bus = {bus_key(gpu["bus_id"]): gpu for gpu in sysfs_gpus}
     bus_ids = {index: _bus_of(record) for index, record in records.items()}
     if any(bus_ids.values()):
-        used = set()
+        used: Set[Optional[Tuple[int, int, int, int]]] = set()
         for index, record in records.items():
             key = bus_key(bus_ids[index])
             if key in by_bus:
@@ -193,18 +201,19 @@ def _attach_sysfs(records, sysfs, warnings):
                                                           ", ".join(gpu["bus_id"] for gpu in sysfs_gpus)))
 
 
-def _bus_of(record):
-    return _first((record.get("query") or {}).get("bus_id"), (record.get("nvml") or {}).get("bus_id"))
+def _bus_of(record: Dict[str, Facts]) -> Optional[str]:
+    return cast(Optional[str], _first((record.get("query") or {}).get("bus_id"), (record.get("nvml") or {}).get("bus_id")))
 
 
 _SOURCE_LABELS = {"nvml": "NVML", "sysfs": "sysfs", "topo": "topo -m", "cpu_affinity": "CPU affinity"}
 
 
-def _numa_for(index, record, node_cpus, warnings):
+def _numa_for(index: int, record: Dict[str, Facts], node_cpus: Dict[int, Set[int]], warnings: List[str]
+              ) -> Tuple[Optional[int], Optional[str]]:
     """(numa_node, numa_source) by the order of trust NVML, sysfs (when not -1), topo -m, and
     last the one node whose CPUs contain the GPU's CPU affinity (nvidia-smi before the NUMA
     Affinity column). Disagreements become warnings."""
-    candidates = []
+    candidates: List[Tuple[str, int]] = []
     for source in ("nvml", "sysfs", "topo"):
         node = (record.get(source) or {}).get("numa_node")
         if node is not None:
@@ -231,17 +240,17 @@ def _numa_for(index, record, node_cpus, warnings):
     return chosen, chosen_source
 
 
-def _merged_pcie(record):
+def _merged_pcie(record: Dict[str, Facts]) -> Facts:
     fields = ("gen_current", "gen_max", "width_current", "width_max")
-    values = []
+    values: List[Optional[int]] = []
     for field in fields:
         values.append(_first(*((record.get(source) or {}).get("pcie", {}).get(field)
                                for source in ("query", "nvml", "sysfs"))))
     return pcie_fact(*values)
 
 
-def _node_cpu_sets(numa_source_nodes):
-    sets = {}
+def _node_cpu_sets(numa_source_nodes: Dict[int, Facts]) -> Dict[int, Set[int]]:
+    sets: Dict[int, Set[int]] = {}
     for node, facts in numa_source_nodes.items():
         try:
             sets[node] = parse_cpulist(facts.get("cpus") or "")
@@ -250,9 +259,10 @@ def _node_cpu_sets(numa_source_nodes):
     return sets
 
 
-def _assemble(topo=None, query=None, numactl=None, sysfs=None, nvml=None, warnings=None):
+def _assemble(topo: Optional[Facts] = None, query: Optional[Facts] = None, numactl: Optional[Facts] = None,
+              sysfs: Optional[Facts] = None, nvml: Optional[Facts] = None, warnings: Optional[List[str]] = None) -> Facts:
     warnings = list(warnings or [])
-    sources = []
+    sources: List[str] = []
     if topo is not None:
         sources.append("topo")
     if query is not None:
@@ -265,7 +275,7 @@ def _assemble(topo=None, query=None, numactl=None, sysfs=None, nvml=None, warnin
         sources.append("nvml")
 
     # NUMA nodes of the host: numactl first (what the operator captured), sysfs fills the rest.
-    host_nodes = {}
+    host_nodes: Dict[int, Facts] = {}
     for node, facts in ((numactl or {}).get("nodes") or {}).items():
         memory = facts.get("size_mb")
         host_nodes[node] = {"cpus": facts["cpus"], "cpuless": facts["cpuless"],
@@ -279,7 +289,7 @@ def _assemble(topo=None, query=None, numactl=None, sysfs=None, nvml=None, warnin
     if sysfs is not None:
         _attach_sysfs(records, sysfs, warnings)
 
-    gpus = []
+    gpus: List[Facts] = []
     for index in sorted(records):
         record = records[index]
         q, n, t, s = (record.get(name) or {} for name in ("query", "nvml", "topo", "sysfs"))
@@ -331,22 +341,24 @@ def _assemble(topo=None, query=None, numactl=None, sysfs=None, nvml=None, warnin
     }
 
 
-def _merged_links(gpus, topo, nvml, warnings):
+def _merged_links(gpus: List[Facts], topo: Optional[Facts], nvml: Optional[Facts], warnings: List[str]
+                  ) -> List[List[Optional[str]]]:
     """GPU x GPU matrix in ``gpus`` order: topo -m's words when it lists both GPUs (it is
     nvidia-smi's own answer), else NVML's, else None."""
     topo_position = {gpu["index"]: position for position, gpu in enumerate((topo or {}).get("gpus", []))}
     nvml_gpus = (nvml or {}).get("gpus", [])
     nvml_links = (nvml or {}).get("links") or []
     nvml_position = {gpu["index"]: position for position, gpu in enumerate(nvml_gpus)} if nvml_links else {}
-    disagreements = []
-    links = []
+    disagreements: List[str] = []
+    links: List[List[Optional[str]]] = []
     for first in gpus:
-        row = []
+        row: List[Optional[str]] = []
         for second in gpus:
             a, b = first["index"], second["index"]
-            from_topo = from_nvml = None
+            from_topo: Optional[str] = None
+            from_nvml: Optional[str] = None
             if a in topo_position and b in topo_position:
-                from_topo = topo["links"][topo_position[a]][topo_position[b]]
+                from_topo = cast(Facts, topo)["links"][topo_position[a]][topo_position[b]]
             if a in nvml_position and b in nvml_position:
                 from_nvml = nvml_links[nvml_position[a]][nvml_position[b]]
             if from_topo and from_nvml and from_topo != from_nvml and a < b:
@@ -361,29 +373,29 @@ def _merged_links(gpus, topo, nvml, warnings):
     return links
 
 
-def _interconnect(links):
+def _interconnect(links: List[List[Optional[str]]]) -> str:
     pairs = [links[i][j] for i in range(len(links)) for j in range(i + 1, len(links))]
     if not pairs:
         return "none"
     if any(cell is None for cell in pairs):
         return "unknown"
-    nvlink = sum(1 for cell in pairs if NVLINK_RE.match(cell))
+    nvlink = sum(1 for cell in pairs if NVLINK_RE.match(cast(str, cell)))
     if nvlink == len(pairs):
         return "nvlink"
     return "pcie" if nvlink == 0 else "mixed"
 
 
-def _numa_nodes(gpus, host_nodes, warnings):
+def _numa_nodes(gpus: List[Facts], host_nodes: Dict[int, Facts], warnings: List[str]) -> Dict[str, Facts]:
     """{"<id>": {"gpus": [...], "cpus": "..."}}: the host's nodes when numactl/sysfs describe them
     (with ``cpuless`` and ``memory_bytes``), else the nodes the GPUs name, with the union of their
     CPU affinities."""
-    nodes = {}
+    nodes: Dict[int, Facts] = {}
     if host_nodes:
         for node, facts in sorted(host_nodes.items()):
             nodes[node] = {"gpus": [], "cpus": facts["cpus"], "cpuless": facts["cpuless"],
                            "memory_bytes": facts["memory_bytes"]}
         node_cpus = _node_cpu_sets(host_nodes)
-        mismatched = {}
+        mismatched: Dict[Tuple[int, str], List[int]] = {}
         for gpu in gpus:
             node = gpu["numa_node"]
             if node is None:
@@ -407,7 +419,7 @@ def _numa_nodes(gpus, host_nodes, warnings):
                             "bind to the node, not to the affinity list"
                             % (", ".join(map(str, indices)), affinity, node, nodes[node]["cpus"]))
     else:
-        cpu_sets = {}
+        cpu_sets: Dict[int, Set[int]] = {}
         for gpu in gpus:
             node = gpu["numa_node"]
             if node is None:
@@ -428,7 +440,7 @@ def _numa_nodes(gpus, host_nodes, warnings):
 # --------------------------------------------------------------------------------------------
 
 
-def _run(run_command, argv):
+def _run(run_command: RunCommand, argv: List[str]) -> Tuple[int, str, str]:
     """run_command(argv) -> (rc, stdout, stderr); a binary that cannot start is rc 127."""
     try:
         rc, stdout, stderr = run_command(argv)
@@ -437,7 +449,7 @@ def _run(run_command, argv):
     return rc, as_text(stdout) or "", as_text(stderr) or ""
 
 
-def _first_line(*texts):
+def _first_line(*texts: Optional[str]) -> str:
     for text in texts:
         for line in (text or "").splitlines():
             if line.strip():
@@ -445,11 +457,12 @@ def _first_line(*texts):
     return "no output"
 
 
-def _no_devices(stdout, stderr):
+def _no_devices(stdout: Optional[str], stderr: Optional[str]) -> bool:
     return "No devices were found" in (stdout or "") + (stderr or "")
 
 
-def probe(run_command, use_nvml="auto", sysfs_root="/", nvidia_smi_path=None, numactl_path=None):
+def probe(run_command: RunCommand, use_nvml: str = "auto", sysfs_root: str = "/", nvidia_smi_path: Optional[str] = None,
+          numactl_path: Optional[str] = None) -> Facts:
     """Probe the live host: ``nvidia-smi topo -m``, the ``--query-gpu`` CSV, ``numactl -H``, sysfs
     and NVML, merged as ``build_topology`` does, plus ``host`` (memory_bytes, cpu_count).
 
@@ -461,9 +474,10 @@ def probe(run_command, use_nvml="auto", sysfs_root="/", nvidia_smi_path=None, nu
     """
     if use_nvml not in USE_NVML_CHOICES:
         raise TopologyError("use_nvml: %r is not one of %s" % (use_nvml, ", ".join(USE_NVML_CHOICES)))
-    warnings = []
+    warnings: List[str] = []
     smi = shutil.which("nvidia-smi") if nvidia_smi_path is None else nvidia_smi_path
-    topo = query = None
+    topo: Optional[Facts] = None
+    query: Optional[Facts] = None
     if smi:
         rc, stdout, stderr = _run(run_command, [smi, "topo", "-m"])
         if _no_devices(stdout, stderr):
@@ -475,7 +489,7 @@ def probe(run_command, use_nvml="auto", sysfs_root="/", nvidia_smi_path=None, nu
             topo = parse_topo_matrix(stdout, source="`nvidia-smi topo -m` output")
             query = _probe_query(run_command, smi, warnings)
 
-    numactl = None
+    numactl: Optional[Facts] = None
     numactl_bin = shutil.which("numactl") if numactl_path is None else numactl_path
     if numactl_bin:
         rc, stdout, stderr = _run(run_command, [numactl_bin, "-H"])
@@ -487,7 +501,7 @@ def probe(run_command, use_nvml="auto", sysfs_root="/", nvidia_smi_path=None, nu
 
     sysfs = read_sysfs(sysfs_root)
 
-    nvml = None
+    nvml: Optional[Facts] = None
     if use_nvml != "never":
         module, reason = load_nvml()
         if module is None:
@@ -508,7 +522,7 @@ def probe(run_command, use_nvml="auto", sysfs_root="/", nvidia_smi_path=None, nu
     return result
 
 
-def _probe_query(run_command, smi, warnings):
+def _probe_query(run_command: RunCommand, smi: str, warnings: List[str]) -> Optional[Facts]:
     """The --query-gpu CSV. Drivers older than the compute_cap field (R510) refuse the whole
     query, so ask once more without it; the capability is then inferred from the name."""
     fields = list(QUERY_FIELDS)
