@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
 from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state, planner
@@ -33,11 +34,11 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise UsageError("%s: %s" % (self.prog, message))
 
 
-def _read_text(path, what):
+def _read_text(path: str, what: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
@@ -45,7 +46,7 @@ def _read_text(path, what):
         raise UsageError("%s %s: cannot read it (%s)" % (what, path, exc.strerror or exc))
 
 
-def _read_json(path, what):
+def _read_json(path: str, what: str) -> Dict[str, Any]:
     text = _read_text(path, what)
     try:
         data = json.loads(text)
@@ -56,7 +57,7 @@ def _read_json(path, what):
     return data
 
 
-def host_facts_from_args(args):
+def host_facts_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """Topology facts from captured command outputs, or a facts JSON (gpu_topology_info output)."""
     if getattr(args, "facts", None):
         return _read_json(args.facts, "facts file")
@@ -71,7 +72,7 @@ def host_facts_from_args(args):
     return facts
 
 
-def _add_topology_inputs(parser, facts_option):
+def _add_topology_inputs(parser: argparse.ArgumentParser, facts_option: bool) -> None:
     parser.add_argument("--topo-file", help="`nvidia-smi topo -m` output")
     parser.add_argument("--query-file", help="`nvidia-smi --query-gpu=... --format=csv` or `nvidia-smi -q` output")
     parser.add_argument("--numactl-file", help="`numactl -H` output")
@@ -81,7 +82,7 @@ def _add_topology_inputs(parser, facts_option):
                                             "instead of the captured outputs")
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="llmops-vllm", description="Plan how vLLM should serve a model on a host, from captured facts.")
     sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan,validate}", parser_class=_Parser)
     sub.required = True
@@ -127,7 +128,7 @@ def build_parser():
     return parser
 
 
-def inventory_hostvars(path):
+def inventory_hostvars(path: str) -> Dict[str, Dict[str, Any]]:
     """Every host's variables as `ansible-inventory --list` sees them (not templated)."""
     import subprocess
     binary = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
@@ -147,27 +148,27 @@ def inventory_hostvars(path):
     return hostvars
 
 
-def validate_inventory(args):
+def validate_inventory(args: argparse.Namespace) -> Dict[str, Any]:
     hostvars = inventory_hostvars(args.inventory)
     valid, problems = desired_state.validate_inventory(hostvars, args.variable)
     return {"hosts": sorted(hostvars), "valid": valid, "problems": problems,
             "without_model": sorted(set(hostvars) - set(valid) - set(problems))}
 
 
-def _gpu_list(text):
+def _gpu_list(text: str) -> List[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip() != ""]
     except ValueError:
         raise UsageError("--gpus %r: expected comma-separated GPU indices such as 0,1,2,3" % text)
 
 
-def make_plan(args):
+def make_plan(args: argparse.Namespace) -> Tuple[planner.ServingPlan, Dict[str, Any]]:
     host = host_facts_from_args(args)
     model = model_config.model_facts(args.model)
     vllm = _read_json(args.vllm_facts, "vLLM facts file") if args.vllm_facts else None
     if vllm is not None:
         vllm.setdefault("source", "installed")
-    request = {
+    request: Dict[str, Any] = {
         "model_id": args.model_id, "model_path": args.model_path, "served_model_name": args.served_model_name,
         "weights_bytes": args.weights_bytes, "device": args.device, "max_model_len": args.max_model_len,
         "tensor_parallel_size": args.tensor_parallel_size, "data_parallel_size": args.data_parallel_size,
@@ -191,24 +192,24 @@ def make_plan(args):
 # --------------------------------------------------------------------------- readable output
 
 
-def _table(rows, header=("", "")):
+def _table(rows: Sequence[Sequence[Any]], header: Sequence[str] = ("", "")) -> str:
     lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ignored in header)]
     for row in rows:
         lines.append("| %s |" % " | ".join(str(cell).replace("|", "\\|") for cell in row))
     return "\n".join(lines)
 
 
-def _shell_quote(word):
+def _shell_quote(word: str) -> str:
     if word and all(ch.isalnum() or ch in "-_=.,/:@%+" for ch in word):
         return word
     return "'%s'" % word.replace("'", "'\"'\"'")
 
 
-def render_topology(facts):
+def render_topology(facts: Dict[str, Any]) -> str:
     gpus = facts.get("gpus") or []
     out = ["GPU topology: %d GPU(s), interconnect %s" % (len(gpus), facts.get("interconnect"))]
     if gpus:
-        rows = []
+        rows: List[Tuple[Any, ...]] = []
         for g in gpus:
             pcie = g.get("pcie") or {}
             link = ""
@@ -231,7 +232,7 @@ def render_topology(facts):
     return "\n".join(out)
 
 
-def render_model(facts):
+def render_model(facts: Dict[str, Any]) -> str:
     moe = facts.get("moe")
     quant = facts.get("quantization")
     rows = [
@@ -254,14 +255,14 @@ def render_model(facts):
     return "Model %s\n\n%s" % (facts.get("path") or "", _table(rows, ("field", "value")))
 
 
-def render_plan(plan, host):
+def render_plan(plan: Dict[str, Any], host: Dict[str, Any]) -> str:
     gpus = host.get("gpus") or []
     name = plan.get("model_id") or plan.get("model_path")
     where = ("%d x %s (%.1f GiB, %s)" % (len(gpus), gpus[0].get("name") or "GPU", (plan.get("gpu_memory_bytes") or 0) / GIB,
                                          host.get("interconnect")) if gpus else "a CPU-only host")
     out = ["## Serving plan: %s on %s" % (name, where), ""]
     verdict = "yes" if plan["fits"] else "**no**"
-    rows = [("fits", verdict), ("device", plan["device"])]
+    rows: List[Tuple[str, Any]] = [("fits", verdict), ("device", plan["device"])]
     if plan["device"] == "cuda":
         rows += [("layout", plan["layout"] or "none valid"),
                  ("GPUs", "%s (NUMA node %s)" % (",".join(str(i) for i in plan["gpu_indices"]),
@@ -302,7 +303,7 @@ def render_plan(plan, host):
 # --------------------------------------------------------------------------- main
 
 
-def _fail(message, as_json, code=EXIT_BAD_INPUT):
+def _fail(message: object, as_json: bool, code: int = EXIT_BAD_INPUT) -> int:
     message = " ".join(str(message).split())
     if as_json:
         sys.stdout.write(json.dumps({"error": message}) + "\n")
@@ -310,7 +311,7 @@ def _fail(message, as_json, code=EXIT_BAD_INPUT):
     return code
 
 
-def run(argv=None):
+def run(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     try:
@@ -357,7 +358,7 @@ def run(argv=None):
                      % (type(exc).__name__, exc), as_json)
 
 
-def main():
+def main() -> None:
     sys.exit(run())
 
 
