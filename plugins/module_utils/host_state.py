@@ -30,6 +30,7 @@ import json
 import os
 import re
 import tempfile
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 SCHEMA_VERSION = 1
 # The legacy single-model format, as messages call it.
@@ -58,6 +59,11 @@ PLAN_OPTIONAL = ('layout',)
 LOCK_KEYS = {'holder': 'str', 'controller': 'str', 'started': 'time', 'lease_s': 'count'}
 STATE_KEYS = ('schema', 'models', 'previous', 'history', 'lock')
 
+# A state document (schema 1 once validated) and one of its entries: parsed JSON, checked by
+# state_problems() / entry_problems() rather than by the type.
+State = Dict[str, Any]
+Entry = Dict[str, Any]
+
 _INT_RE = re.compile(r'^-?[0-9]+$')
 _EXPECTED = {
     'name': "1-63 lower-case letters, digits or '-', starting with a letter or digit",
@@ -77,29 +83,29 @@ _EXPECTED = {
 class StateError(ValueError):
     """The state (or an input to an operation) is not what schema 1 allows; .problems lists each one."""
 
-    def __init__(self, problems, source=None):
-        self.problems = list(problems) if isinstance(problems, (list, tuple)) else [problems]
+    def __init__(self, problems: Union[str, List[str], Tuple[str, ...]], source: Optional[str] = None) -> None:
+        self.problems: List[str] = list(problems) if isinstance(problems, (list, tuple)) else [problems]
         prefix = '%s: ' % source if source else ''
         super().__init__(prefix + '; '.join(self.problems))
 
 
 # ----------------------------------------------------------------------------- names and addresses
 
-def unit_name(name):
+def unit_name(name: str) -> str:
     """The systemd unit that serves model `name`: vllm-<name>.service."""
     return '%s%s%s' % (UNIT_PREFIX, name, UNIT_SUFFIX)
 
 
-def unit_path(name, unit_dir=DEFAULT_UNIT_DIR):
+def unit_path(name: str, unit_dir: str = DEFAULT_UNIT_DIR) -> str:
     return os.path.join(unit_dir, unit_name(name))
 
 
-def unit_glob(unit_dir=DEFAULT_UNIT_DIR):
+def unit_glob(unit_dir: str = DEFAULT_UNIT_DIR) -> str:
     """The units this collection manages, as a glob pattern."""
     return os.path.join(unit_dir, '%s*%s' % (UNIT_PREFIX, UNIT_SUFFIX))
 
 
-def connect_host(bind):
+def connect_host(bind: str) -> str:
     """Where a server bound to `bind` is reached from its own host: loopback for a wildcard bind."""
     if bind == '0.0.0.0':
         return '127.0.0.1'
@@ -108,7 +114,7 @@ def connect_host(bind):
     return bind
 
 
-def connect_url(bind, port, scheme='http'):
+def connect_url(bind: str, port: Union[int, str], scheme: str = 'http') -> str:
     """Base URL of a server bound to `bind`:`port`, IPv6 literals in brackets (http://[::1]:8000)."""
     host = connect_host(bind)
     if ':' in host and not host.startswith('['):
@@ -116,28 +122,28 @@ def connect_url(bind, port, scheme='http'):
     return '%s://%s:%d' % (scheme, host, int(port))
 
 
-def state_path(state_dir=DEFAULT_STATE_DIR):
+def state_path(state_dir: str = DEFAULT_STATE_DIR) -> str:
     return os.path.join(state_dir, STATE_FILE)
 
 
-def now_iso():
+def now_iso() -> str:
     """Now in UTC, to the second, with its offset (2026-03-01T10:00:00+00:00)."""
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
 
 
 # ----------------------------------------------------------------------------- schema
 
-def empty_state():
+def empty_state() -> State:
     return {'schema': SCHEMA_VERSION, 'models': {}, 'previous': {}, 'history': [], 'lock': None}
 
 
-def _to_int(value):
+def _to_int(value: Any) -> Any:
     if isinstance(value, str) and _INT_RE.match(value.strip()):
         return int(value.strip())
     return value
 
 
-def _coerce(kind, value):
+def _coerce(kind: str, value: Any) -> Any:
     """Read the spellings a Jinja-rendered file has (numbers as strings, null as '' or 'None')."""
     if kind in ('port', 'size', 'count'):
         return _to_int(value)
@@ -154,11 +160,11 @@ def _coerce(kind, value):
     return value
 
 
-def _is_int(value):
+def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_time(value):
+def _is_time(value: Any) -> bool:
     if not isinstance(value, str) or not value:
         return False
     try:
@@ -169,8 +175,8 @@ def _is_time(value):
     return True
 
 
-def _valid(kind, value):
-    checks = {
+def _valid(kind: str, value: Any) -> bool:
+    checks: Dict[str, Callable[[Any], bool]] = {
         'name': lambda v: isinstance(v, str) and NAME_RE.match(v) is not None,
         'str': lambda v: isinstance(v, str) and v != '',
         'str_or_null': lambda v: v is None or isinstance(v, str),
@@ -186,12 +192,12 @@ def _valid(kind, value):
     return checks[kind](value)
 
 
-def _problem(where, kind, value):
+def _problem(where: str, kind: str, value: Any) -> str:
     return '%s: expected %s, got %r (%s)' % (where, _EXPECTED[kind], value, type(value).__name__)
 
 
-def _keys_problems(where, document, spec, optional=()):
-    problems = []
+def _keys_problems(where: str, document: Mapping[Any, Any], spec: Mapping[str, str], optional: Sequence[str] = ()) -> List[str]:
+    problems: List[str] = []
     for key in sorted(spec):
         if key not in document:
             if key not in optional:
@@ -203,7 +209,7 @@ def _keys_problems(where, document, spec, optional=()):
     return problems
 
 
-def normalize_entry(entry, history=False):
+def normalize_entry(entry: Any, history: bool = False) -> Any:
     """A copy of `entry` with the Jinja spellings of its values read (see _coerce); plan dropped for history."""
     if not isinstance(entry, dict):
         return entry
@@ -220,7 +226,7 @@ def normalize_entry(entry, history=False):
     return out
 
 
-def entry_problems(entry, where='entry', history=False):
+def entry_problems(entry: Any, where: str = 'entry', history: bool = False) -> List[str]:
     """Readable problems of one entry, each naming its key (empty list: none)."""
     if not isinstance(entry, dict):
         return ['%s: expected an entry (a mapping), got %r' % (where, entry)]
@@ -239,11 +245,11 @@ def entry_problems(entry, where='entry', history=False):
     return problems
 
 
-def state_problems(state):
+def state_problems(state: Any) -> List[str]:
     """Readable problems of a schema-1 document, each naming its key (empty list: none)."""
     if not isinstance(state, dict):
         return ['expected a mapping with %s, got %r' % (', '.join(STATE_KEYS), state)]
-    problems = []
+    problems: List[str] = []
     if state.get('schema') != SCHEMA_VERSION:
         problems.append('schema: expected %d, got %r' % (SCHEMA_VERSION, state.get('schema')))
     for key in ('models', 'previous'):
@@ -275,23 +281,23 @@ def state_problems(state):
     return problems
 
 
-def validate(state, source=None):
+def validate(state: Any, source: Optional[str] = None) -> State:
     """`state` itself when it is a valid schema-1 document; StateError listing every problem otherwise."""
     problems = state_problems(state)
     if problems:
         raise StateError(problems, source)
-    return state
+    return cast(State, state)
 
 
 # ----------------------------------------------------------------------------- migration
 
-def schema_of(document, source=None):
+def schema_of(document: Any, source: Optional[str] = None) -> Optional[int]:
     """The schema of a parsed state file: SCHEMA_VERSION, LEGACY_SCHEMA, or None for an empty one."""
     if document is None or document == {}:
         return None
     if not isinstance(document, dict):
         raise StateError('expected a JSON object, got %s' % type(document).__name__, source)
-    schema = document.get('schema')
+    schema: Any = document.get('schema')
     if _is_int(schema) and schema > SCHEMA_VERSION:
         raise StateError('schema %d is newer than the %d this llmops.vllm reads: it was written by a newer release; '
                          'upgrade the collection on the controller' % (schema, SCHEMA_VERSION), source)
@@ -305,7 +311,7 @@ def schema_of(document, source=None):
                      'move it aside' % (SCHEMA_VERSION, LEGACY_SCHEMA), source)
 
 
-def migrate(document, source=None):
+def migrate(document: Any, source: Optional[str] = None) -> State:
     """Schema 1 from any state file this collection wrote (None or {}: an empty state). Idempotent."""
     schema = schema_of(document, source)
     if schema is None:
@@ -334,7 +340,7 @@ def migrate(document, source=None):
     return validate(state, source)
 
 
-def loads(text, source=None):
+def loads(text: str, source: Optional[str] = None) -> Tuple[State, bool]:
     """(schema-1 state, whether it was migrated from schema 0) from a state file's text ('' : empty)."""
     if not text.strip():
         return empty_state(), False
@@ -345,7 +351,7 @@ def loads(text, source=None):
     return migrate(document, source), schema_of(document, source) == LEGACY_SCHEMA
 
 
-def read(path):
+def read(path: str) -> Tuple[State, bool, str]:
     """(state, migrated, text) of the state file at `path`; a missing file is an empty state and text ''."""
     try:
         with open(path, 'rb') as handle:
@@ -362,7 +368,7 @@ def read(path):
 
 # ----------------------------------------------------------------------------- operations
 
-def record(state, entry, replaces=None, now=None):
+def record(state: State, entry: Any, replaces: Optional[str] = None, now: Optional[str] = None) -> State:
     """A new state in which `entry` is served: models[name] = entry.
 
     The entry it replaces (the same name's, and the model named by `replaces`, when served) moves to
@@ -396,11 +402,11 @@ def record(state, entry, replaces=None, now=None):
     return state
 
 
-def _without_since(entry):
+def _without_since(entry: Entry) -> Entry:
     return dict((key, value) for key, value in entry.items() if key != 'since')
 
 
-def retire(state, name):
+def retire(state: State, name: str) -> State:
     """A new state in which `name` is no longer served; its entry is kept as previous[name].
 
     Retiring a model the host does not serve returns the state unchanged.
@@ -411,12 +417,12 @@ def retire(state, name):
     return state
 
 
-def models(state):
+def models(state: State) -> List[Entry]:
     """The served entries, ordered by name."""
     return [state['models'][name] for name in sorted(state['models'])]
 
 
-def current(state):
+def current(state: State) -> Optional[Entry]:
     """The one entry served, or None; StateError when several are (name the one you mean)."""
     served = models(state)
     if len(served) > 1:
@@ -425,14 +431,14 @@ def current(state):
     return served[0] if served else None
 
 
-def serialize(state):
+def serialize(state: State) -> str:
     """The file's text: stable JSON (sorted keys, indent 2) with a trailing newline."""
     return json.dumps(state, indent=2, sort_keys=True, separators=(',', ': ')) + '\n'
 
 
 # ----------------------------------------------------------------------------- files
 
-def write_atomic(path, text, mode=0o644):
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     """Replace `path` by `text` (UTF-8): a temporary file in the same directory, fsync, rename, fsync the
     directory. A failure at any step leaves the old file as it was and no temporary file behind."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -455,7 +461,7 @@ def write_atomic(path, text, mode=0o644):
         os.close(dir_fd)
 
 
-def save(path, state):
+def save(path: str, state: State) -> str:
     """Validate, serialize and write `state` atomically (0644); returns the text written."""
     text = serialize(validate(state, path))
     write_atomic(path, text)

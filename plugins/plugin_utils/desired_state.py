@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
 # pydantic, or the planner's stand-ins when it is missing (the planner then says what to install).
@@ -40,7 +40,7 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
 PLAN_OWNED_BY_ROLLOUT = ("model_id", "model_path", "served_model_name", "host", "port", "extra_args", "env")
 
 
-def _templated(value):
+def _templated(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
 
 
@@ -60,7 +60,7 @@ class DesiredModel(BaseModel):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, value):
+    def _name(cls, value: str) -> str:
         if not NAME_RE.match(value):
             raise ValueError("must be 1-63 lower-case letters, digits or '-', starting with a letter or digit "
                              "(it names the unit vllm-<name>.service), got %r" % value)
@@ -68,21 +68,21 @@ class DesiredModel(BaseModel):
 
     @field_validator("repo_id")
     @classmethod
-    def _repo(cls, value):
+    def _repo(cls, value: str) -> str:
         if not _templated(value) and not REPO_RE.match(value):
             raise ValueError("must be ORG/NAME as on the hub, got %r" % value)
         return value
 
     @field_validator("revision")
     @classmethod
-    def _revision(cls, value):
+    def _revision(cls, value: str) -> str:
         if not _templated(value) and not REVISION_RE.match(value):
             raise ValueError("must be a branch, tag or commit sha, got %r" % value)
         return value
 
     @field_validator("port")
     @classmethod
-    def _port(cls, value):
+    def _port(cls, value: Any) -> Any:
         if _templated(value):
             return value
         try:
@@ -95,7 +95,7 @@ class DesiredModel(BaseModel):
 
     @field_validator("bind")
     @classmethod
-    def _bind(cls, value):
+    def _bind(cls, value: Optional[str]) -> Optional[str]:
         if value is None or _templated(value):
             return value
         try:
@@ -106,7 +106,7 @@ class DesiredModel(BaseModel):
 
     @field_validator("plan")
     @classmethod
-    def _plan(cls, value):
+    def _plan(cls, value: Dict[str, Any]) -> Dict[str, Any]:
         owned = sorted(set(value) & set(PLAN_OWNED_BY_ROLLOUT))
         if owned:
             raise ValueError("%s: set these at the top of vllm_model, not under plan" % ", ".join(owned))
@@ -116,7 +116,7 @@ class DesiredModel(BaseModel):
 
     @field_validator("extra_args")
     @classmethod
-    def _extra_args(cls, value):
+    def _extra_args(cls, value: List[str]) -> List[str]:
         for arg in value:
             if arg.split("=", 1)[0] in ("--api-key", "--hf-token"):
                 raise ValueError("%s would put a secret in the unit's command line; set rollout_api_key / "
@@ -125,7 +125,7 @@ class DesiredModel(BaseModel):
 
     @field_validator("env")
     @classmethod
-    def _env(cls, value):
+    def _env(cls, value: Dict[str, str]) -> Dict[str, str]:
         for key in value:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise ValueError("environment variable name %r is not valid" % key)
@@ -135,18 +135,18 @@ class DesiredModel(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _defaults(self):
+    def _defaults(self) -> DesiredModel:
         if not self.served_model_name:
             self.served_model_name = self.name
         return self
 
     @property
-    def unit(self):
+    def unit(self) -> str:
         return host_state.unit_name(self.name)
 
 
-def _messages(exc, root):
-    out = []
+def _messages(exc: ValidationError, root: str) -> List[str]:
+    out: List[str] = []
     for err in exc.errors():
         loc = ".".join([root] + [str(p) for p in err.get("loc", ())])
         message = str(err.get("msg", "")).replace("Value error, ", "")
@@ -158,7 +158,7 @@ def _messages(exc, root):
     return out
 
 
-def validate_model(document, root="vllm_model"):
+def validate_model(document: Any, root: str = "vllm_model") -> Dict[str, Any]:
     """Validate one host's ``vllm_model``; returns the normalised dict or raises PlanInputError
     listing every problem."""
     if PYDANTIC_IMPORT_ERROR is not None:
@@ -175,14 +175,16 @@ def validate_model(document, root="vllm_model"):
     return out
 
 
-def validate_inventory(hostvars, variable="vllm_model"):
+def validate_inventory(hostvars: Dict[str, Dict[str, Any]], variable: str = "vllm_model"
+                       ) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, str]]:
     """Validate ``variable`` of every host of an `ansible-inventory --list` dump.
 
     Returns (valid, problems): valid maps host -> normalised document (hosts without the variable
     are skipped), problems maps host -> message. Two hosts may share a unit name, but one host
     cannot serve two documents.
     """
-    valid, problems = {}, {}
+    valid: Dict[str, Dict[str, Any]] = {}
+    problems: Dict[str, str] = {}
     for host in sorted(hostvars):
         if variable not in hostvars[host]:
             continue
