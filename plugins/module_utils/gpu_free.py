@@ -13,10 +13,13 @@ Target side: Python standard library only.
 from __future__ import annotations
 
 import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
 
-from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import TopologyError, as_text
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import RunCommand, TopologyError, as_text
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_smi_query import (
     COMPUTE_APPS_FIELDS,
+    ComputeApp,
+    MemoryUsed,
     MEMORY_USED_FIELDS,
     parse_compute_apps_csv,
     parse_memory_used_csv,
@@ -40,13 +43,37 @@ class GpuFreeError(ValueError):
     """The GPUs cannot be checked (nvidia-smi fails, a GPU is not on the host); waiting would not help."""
 
 
-def read_usage(run_command, nvidia_smi):
+class GpuProcess(TypedDict):
+    """A compute process on a GPU."""
+    pid: int
+    used_memory_mib: Optional[int]
+
+
+class GpuUsage(TypedDict):
+    """One GPU of gpu_usage()."""
+    index: int
+    uuid: Optional[str]
+    memory_used_mib: Optional[int]
+    processes: List[GpuProcess]
+    busy: bool
+
+
+class WaitResult(TypedDict):
+    """What wait_until_free() returns (the module's GpuFreeResult without changed/msg)."""
+    free: bool
+    gpus: List[GpuUsage]
+    busy_gpus: List[int]
+    polls: int
+    seconds: float
+
+
+def read_usage(run_command: RunCommand, nvidia_smi: str) -> Tuple[List[MemoryUsed], List[ComputeApp]]:
     """(memory per GPU, compute processes) from one reading of nvidia-smi.
 
     ``run_command(argv) -> (rc, stdout, stderr)``. Raises GpuFreeError when nvidia-smi fails: it
     does not fail because a process is exiting, so a failure is not waited out.
     """
-    outputs = []
+    outputs: List[str] = []
     for args in (MEMORY_USED_ARGS, COMPUTE_APPS_ARGS):
         argv = [nvidia_smi] + list(args)
         try:
@@ -66,23 +93,24 @@ def read_usage(run_command, nvidia_smi):
         raise GpuFreeError(str(exc))
 
 
-def gpu_usage(memory, apps, gpu_indices, used_below_mib):
+def gpu_usage(memory: Sequence[MemoryUsed], apps: Sequence[ComputeApp], gpu_indices: Sequence[int],
+              used_below_mib: int) -> List[GpuUsage]:
     """Each asked GPU (sorted, once) with its compute processes and whether it is busy.
 
     ``memory``/``apps``: :func:`read_usage`. A GPU is busy when a compute process runs on it or its
     used memory is ``used_below_mib`` or more; when nvidia-smi has no memory figure ([N/A]) the
     processes alone decide. Raises GpuFreeError for an index the host does not have.
     """
-    by_index = {gpu["index"]: gpu for gpu in memory}
+    by_index: Dict[int, MemoryUsed] = {gpu["index"]: gpu for gpu in memory}
     unknown = sorted(set(gpu_indices) - set(by_index))
     if unknown:
         raise GpuFreeError("gpu_indices: GPU %s not on this host (nvidia-smi lists %s); pass the indices of the "
                            "model's plan (gpu_indices)" % (", ".join(str(i) for i in unknown),
                                                            ", ".join(str(i) for i in sorted(by_index)) or "none"))
-    gpus = []
+    gpus: List[GpuUsage] = []
     for index in sorted(set(gpu_indices)):
         gpu = by_index[index]
-        processes = [{"pid": app["pid"], "used_memory_mib": app["used_memory_mib"]}
+        processes: List[GpuProcess] = [{"pid": app["pid"], "used_memory_mib": app["used_memory_mib"]}
                      for app in apps if gpu["uuid"] is not None and app["gpu_uuid"] == gpu["uuid"]]
         used = gpu["memory_used_mib"]
         gpus.append({"index": index, "uuid": gpu["uuid"], "memory_used_mib": used, "processes": processes,
@@ -90,13 +118,13 @@ def gpu_usage(memory, apps, gpu_indices, used_below_mib):
     return gpus
 
 
-def _mib_text(value):
+def _mib_text(value: Optional[int]) -> str:
     return "? MiB" if value is None else "%d MiB" % value
 
 
-def busy_message(result, used_below_mib, check_mode=False):
+def busy_message(result: WaitResult, used_below_mib: int, check_mode: bool = False) -> str:
     """Why the GPUs are not free: each busy GPU, its used memory and the processes still on it."""
-    parts = []
+    parts: List[str] = []
     for gpu in result["gpus"]:
         if not gpu["busy"]:
             continue
@@ -114,12 +142,13 @@ def busy_message(result, used_below_mib, check_mode=False):
             % (busy, _seconds_text(result["seconds"]), rule, "; ".join(parts)))
 
 
-def _seconds_text(seconds):
+def _seconds_text(seconds: float) -> str:
     return ("%.1f" % seconds).rstrip("0").rstrip(".")
 
 
-def wait_until_free(run_command, nvidia_smi, gpu_indices, used_below_mib, timeout, poll_interval,
-                    check_mode=False, clock=time.monotonic, sleep=time.sleep):
+def wait_until_free(run_command: RunCommand, nvidia_smi: str, gpu_indices: Sequence[int], used_below_mib: int,
+                    timeout: float, poll_interval: float, check_mode: bool = False,
+                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> WaitResult:
     """Read nvidia-smi every ``poll_interval`` seconds until the GPUs are free or ``timeout`` seconds
     have passed (a last reading is taken at the deadline); in check mode, read once.
 

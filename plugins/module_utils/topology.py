@@ -36,11 +36,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
+from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     MIB,
     NVLINK_RE,
+    RunCommand,
     TopologyError,
     as_text,
     bus_key,
@@ -73,9 +74,6 @@ USE_NVML_CHOICES = ("auto", "always", "never")
 
 # A parsed source or the merged facts: plain JSON-ready data.
 Facts = Dict[str, Any]
-# run_command(argv) -> (rc, stdout, stderr), as AnsibleModule.run_command (bytes on some runners).
-RunCommand = Callable[[List[str]], Tuple[int, Union[str, bytes, None], Union[str, bytes, None]]]
-
 
 def read_host(root: str = "/") -> Dict[str, Optional[int]]:
     """Host memory (MemTotal of ``root/proc/meminfo``) and online CPU count, None when unknown."""

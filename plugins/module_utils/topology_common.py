@@ -11,7 +11,7 @@ Target side: Python standard library only.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 __all__ = [
     "TopologyError",
@@ -30,7 +30,11 @@ __all__ = [
     "require_text",
     "read_text",
     "as_text",
+    "RunCommand",
 ]
+
+# run_command(argv) -> (rc, stdout, stderr), as AnsibleModule.run_command (bytes on some runners).
+RunCommand = Callable[[List[str]], Tuple[int, Union[str, bytes, None], Union[str, bytes, None]]]
 
 
 class TopologyError(ValueError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, cast
 
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     MIB,
@@ -67,6 +67,22 @@ _QUERY_FIELDS = {
     "compute_cap": "compute_capability",
     "driver_version": "driver_version",
 }
+
+
+class MemoryUsed(TypedDict):
+    """One GPU of parse_memory_used_csv()."""
+    index: int
+    uuid: Optional[str]
+    memory_used_mib: Optional[int]
+
+
+class ComputeApp(TypedDict):
+    """One process of parse_compute_apps_csv()."""
+    gpu_uuid: str
+    pid: int
+    used_memory_mib: Optional[int]
+
+
 # One CSV row: column name -> (value, unit from the header or None).
 _Columns = Dict[str, Tuple[str, Optional[str]]]
 # One `nvidia-smi -q` section: path of names -> value.
@@ -203,7 +219,7 @@ def _mib(value: Optional[str], unit: Optional[str]) -> Optional[int]:
     return None if size is None else size // MIB
 
 
-def parse_memory_used_csv(text: Optional[str], source: str = "memory query") -> List[Dict[str, Any]]:
+def parse_memory_used_csv(text: Optional[str], source: str = "memory query") -> List[MemoryUsed]:
     """The memory in use per GPU from ``nvidia-smi --query-gpu=index,uuid,memory.used --format=csv``
     (any columns, with or without ``nounits``, as long as ``index`` and ``memory.used`` are there).
 
@@ -211,7 +227,7 @@ def parse_memory_used_csv(text: Optional[str], source: str = "memory query") -> 
     column, ``memory_used_mib`` None where nvidia-smi has no answer ([N/A]).
     """
     require_text(text, source, _MEMORY_USED_EXPECTED)
-    gpus: List[Dict[str, Any]] = []
+    gpus: List[MemoryUsed] = []
     for number, columns in _csv_rows(content_lines(cast(str, text)), source, _MEMORY_USED_EXPECTED, ("index", "memory.used"),
                                      _MEMORY_USED_ALIASES):
         index = int_or_none(columns["index"][0])
@@ -226,7 +242,7 @@ def parse_memory_used_csv(text: Optional[str], source: str = "memory query") -> 
     return sorted(gpus, key=lambda gpu: gpu["index"])
 
 
-def parse_compute_apps_csv(text: Optional[str], source: str = "compute process query") -> List[Dict[str, Any]]:
+def parse_compute_apps_csv(text: Optional[str], source: str = "compute process query") -> List[ComputeApp]:
     """The compute processes from ``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv``.
 
     Returns ``[{"gpu_uuid", "pid", "used_memory_mib"}]`` in nvidia-smi's order; empty for the header
@@ -237,7 +253,7 @@ def parse_compute_apps_csv(text: Optional[str], source: str = "compute process q
              if line.strip() and "no running processes found" not in line.lower()]
     if not lines:
         return []
-    apps: List[Dict[str, Any]] = []
+    apps: List[ComputeApp] = []
     for number, columns in _csv_rows(lines, source, _COMPUTE_APPS_EXPECTED, COMPUTE_APPS_FIELDS, _COMPUTE_APPS_ALIASES):
         pid = int_or_none(columns["pid"][0])
         if pid is None:
