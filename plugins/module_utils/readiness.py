@@ -16,13 +16,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 
 # A tool any chat template can render; the random sandbox models will not call it, the gate only
 # checks that vLLM accepts a tools request (parser configured, template handles `tools`).
-PROBE_TOOL = {
+# http(url, payload or None, api_key or None) -> (status, parsed JSON body or its text): http_json's shape.
+Http = Callable[[str, Optional[Dict[str, Any]], Optional[str]], Tuple[int, Any]]
+
+PROBE_TOOL: Dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_time",
@@ -40,10 +44,11 @@ class ServerGone(Exception):
     """The unit stopped or restarted while we waited: waiting longer will not help."""
 
 
-def http_json(url, payload=None, api_key=None, timeout=30.0):
+def http_json(url: str, payload: Optional[Dict[str, Any]] = None, api_key: Optional[str] = None,
+              timeout: float = 30.0) -> Tuple[int, Any]:
     """GET (payload None) or POST JSON; returns (status, parsed body or text)."""
     data = json.dumps(payload).encode("utf-8") if payload is not None else None
-    headers = {"Content-Type": "application/json"} if data is not None else {}
+    headers: Dict[str, str] = {"Content-Type": "application/json"} if data is not None else {}
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
     try:
@@ -61,7 +66,7 @@ def http_json(url, payload=None, api_key=None, timeout=30.0):
         return status, text
 
 
-def has_chat_template(model_path):
+def has_chat_template(model_path: Optional[str]) -> Optional[bool]:
     """Whether the model directory ships a chat template (tokenizer_config.json or a .jinja file)."""
     if not model_path or not os.path.isdir(model_path):
         return None
@@ -75,7 +80,7 @@ def has_chat_template(model_path):
         return False
 
 
-def _error_text(body):
+def _error_text(body: Any) -> str:
     if isinstance(body, dict):
         error = body.get("error") or body.get("message") or body
         if isinstance(error, dict):
@@ -84,14 +89,14 @@ def _error_text(body):
     return str(body)[:500]
 
 
-def check_health(base, http, api_key):
+def check_health(base: str, http: Http, api_key: Optional[str]) -> Dict[str, Any]:
     status, body = http(base + "/health", None, api_key)
     if status != 200:
         raise NotReady("/health answered %s: %s" % (status, _error_text(body)))
     return {}
 
 
-def check_models(base, http, api_key, served_model_name):
+def check_models(base: str, http: Http, api_key: Optional[str], served_model_name: str) -> Dict[str, Any]:
     status, body = http(base + "/v1/models", None, api_key)
     if status != 200 or not isinstance(body, dict):
         raise NotReady("/v1/models answered %s: %s" % (status, _error_text(body)))
@@ -101,7 +106,8 @@ def check_models(base, http, api_key, served_model_name):
     return {"models": names}
 
 
-def check_completion(base, http, api_key, served_model_name, prompt, max_tokens):
+def check_completion(base: str, http: Http, api_key: Optional[str], served_model_name: str, prompt: str,
+                     max_tokens: int) -> Dict[str, Any]:
     payload = {"model": served_model_name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     status, body = http(base + "/v1/completions", payload, api_key)
     if status != 200 or not isinstance(body, dict) or not body.get("choices"):
@@ -112,8 +118,9 @@ def check_completion(base, http, api_key, served_model_name, prompt, max_tokens)
     return {"completion_text": body["choices"][0].get("text"), "completion_tokens": usage.get("completion_tokens")}
 
 
-def check_chat(base, http, api_key, served_model_name, prompt, max_tokens, tools=False):
-    payload = {"model": served_model_name, "messages": [{"role": "user", "content": prompt}],
+def check_chat(base: str, http: Http, api_key: Optional[str], served_model_name: str, prompt: str, max_tokens: int,
+               tools: bool = False) -> Dict[str, Any]:
+    payload: Dict[str, Any] = {"model": served_model_name, "messages": [{"role": "user", "content": prompt}],
                "max_tokens": max_tokens, "temperature": 0}
     if tools:
         payload["tools"] = [PROBE_TOOL]
@@ -129,8 +136,10 @@ def check_chat(base, http, api_key, served_model_name, prompt, max_tokens, tools
     return {"finish_reason": body["choices"][0].get("finish_reason")}
 
 
-def wait_ready(base_url, served_model_name, stages, http, clock=time.monotonic, sleep=time.sleep,
-               timeout=600.0, interval=2.0, api_key=None, prompt="Hello", max_tokens=8, unit_alive=None):
+def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], http: Http,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+               timeout: float = 600.0, interval: float = 2.0, api_key: Optional[str] = None, prompt: str = "Hello",
+               max_tokens: int = 8, unit_alive: Optional[Callable[[], Any]] = None) -> Tuple[bool, Dict[str, Any]]:
     """Run the stages in order, each retried until it passes or the overall timeout expires.
 
     ``stages`` is a list of names among health, models, completion, chat, tools. ``unit_alive`` (a
@@ -140,8 +149,10 @@ def wait_ready(base_url, served_model_name, stages, http, clock=time.monotonic, 
     """
     base = base_url.rstrip("/")
     start = clock()
-    timings, details, last_error = {}, {}, None
-    checks = {
+    timings: Dict[str, float] = {}
+    details: Dict[str, Any] = {}
+    last_error: Optional[str] = None
+    checks: Dict[str, Callable[[], Dict[str, Any]]] = {
         "health": lambda: check_health(base, http, api_key),
         "models": lambda: check_models(base, http, api_key, served_model_name),
         "completion": lambda: check_completion(base, http, api_key, served_model_name, prompt, max_tokens),
