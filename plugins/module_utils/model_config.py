@@ -17,6 +17,7 @@ import fnmatch
 import json
 import os
 import re
+from typing import Any, Dict, List, Literal, Optional, Set, Tuple, TypedDict, overload
 
 CONFIG_FILE = "config.json"
 QUANT_CONFIG_FILE = "hf_quant_config.json"
@@ -36,6 +37,10 @@ DTYPE_BYTES = {
 # FP8 block scales (fp32 per 128x128) are negligible; NVFP4 packs two 4-bit values per byte plus an
 # FP8 scale per 16 values; MXFP4 the same with an 8-bit scale per 32; INT4 group quantization a
 # bf16 scale per group.
+# A parsed JSON file of the checkpoint (config.json, hf_quant_config.json, the safetensors index)
+# or a dict of facts derived from it: arbitrary JSON, checked field by field below.
+Json = Dict[str, Any]
+
 NVFP4_BYTES = 0.5 + 1 / 16
 MXFP4_BYTES = 0.5 + 1 / 32
 
@@ -44,7 +49,16 @@ class ModelConfigError(ValueError):
     """A model's files cannot be read or do not describe a decoder model."""
 
 
-def _read_json(path, what):
+class ModelFiles(TypedDict):
+    """What load_model_files() read; the optional files are None when absent."""
+    config: Json
+    hf_quant_config: Optional[Json]
+    index: Optional[Json]
+    file_sizes: Dict[str, int]
+    path: str
+
+
+def _read_json(path: str, what: str) -> Json:
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -61,7 +75,7 @@ def _read_json(path, what):
     return data
 
 
-def load_model_files(path):
+def load_model_files(path: str) -> ModelFiles:
     """Read what a model directory (or a bare config.json) holds.
 
     Returns ``{"config", "hf_quant_config", "index", "file_sizes", "path"}``; the optional parts are
@@ -84,8 +98,9 @@ def load_model_files(path):
         raise ModelConfigError("model path %s does not exist; pass a directory with config.json or a config.json file" % path)
 
     config = _read_json(config_path, "model config")
-    hf_quant_config = index = None
-    file_sizes = {}
+    hf_quant_config: Optional[Json] = None
+    index: Optional[Json] = None
+    file_sizes: Dict[str, int] = {}
     # Companion files are only trusted next to a file really named config.json: a fixture such as
     # "org__name.json" sits beside other models' files.
     if os.path.basename(config_path) == CONFIG_FILE:
@@ -102,7 +117,7 @@ def load_model_files(path):
             "file_sizes": file_sizes, "path": path}
 
 
-def text_config(config):
+def text_config(config: Json) -> Json:
     """The sub-config that describes the language model (the config itself for plain LLMs)."""
     for key in TEXT_CONFIG_KEYS:
         sub = config.get(key)
@@ -111,7 +126,7 @@ def text_config(config):
     return config
 
 
-def _first(cfg, *keys, default=None):
+def _first(cfg: Json, *keys: str, default: Any = None) -> Any:
     for key in keys:
         value = cfg.get(key)
         if value is not None:
@@ -119,7 +134,15 @@ def _first(cfg, *keys, default=None):
     return default
 
 
-def _int_field(cfg, name, *keys, required=True):
+@overload
+def _int_field(cfg: Json, name: str, *keys: str, required: Literal[True] = ...) -> int: ...
+
+
+@overload
+def _int_field(cfg: Json, name: str, *keys: str, required: Literal[False]) -> Optional[int]: ...
+
+
+def _int_field(cfg: Json, name: str, *keys: str, required: bool = True) -> Optional[int]:
     value = _first(cfg, *keys)
     if value is None:
         if required:
@@ -130,7 +153,7 @@ def _int_field(cfg, name, *keys, required=True):
     return int(value)
 
 
-def attention_shape(cfg):
+def attention_shape(cfg: Json) -> Json:
     """Attention kind and the numbers KV-cache sizing needs."""
     layers = _int_field(cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers")
     heads = _int_field(cfg, "num_attention_heads", "num_attention_heads", "n_head", "num_heads")
@@ -168,7 +191,7 @@ def attention_shape(cfg):
     }
 
 
-def moe_shape(cfg):
+def moe_shape(cfg: Json) -> Optional[Json]:
     """``{num_experts, experts_per_token, intermediate_size (per expert), ...}`` or None."""
     experts = _first(cfg, "n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
     if not experts:
@@ -198,7 +221,7 @@ def moe_shape(cfg):
     }
 
 
-def _weight_scheme(group):
+def _weight_scheme(group: Optional[Json]) -> Tuple[Optional[str], Any, Any]:
     weights = (group or {}).get("weights") or {}
     bits, kind = weights.get("num_bits"), weights.get("type")
     if bits == 4 and kind == "float" and weights.get("group_size") == 16:
@@ -210,7 +233,7 @@ def _weight_scheme(group):
     return None, None, None
 
 
-def quantization(config, cfg, hf_quant_config=None):
+def quantization(config: Json, cfg: Json, hf_quant_config: Optional[Json] = None) -> Optional[Json]:
     """Normalised quantization facts, or None for an unquantized checkpoint.
 
     ``method`` is the lower-case ``quant_method`` except for ModelOpt checkpoints, where the
@@ -235,7 +258,7 @@ def quantization(config, cfg, hf_quant_config=None):
     if not isinstance(qc, dict) or not qc.get("quant_method"):
         raise ModelConfigError("model config: quantization_config has no quant_method")
     method = str(qc["quant_method"]).lower()
-    result = {"method": method, "format": None, "block_size": None, "weight_bits": None,
+    result: Json = {"method": method, "format": None, "block_size": None, "weight_bits": None,
               "group_size": None, "kv_cache": None, "ignored": [], "source": CONFIG_FILE}
     if method == "fp8":
         block = qc.get("weight_block_size")
@@ -286,7 +309,7 @@ _GROUP_MODULES = {
 _PREFIXES = ("", "language_model.", "model.language_model.")
 
 
-def _pattern_matches(pattern, name):
+def _pattern_matches(pattern: str, name: str) -> bool:
     if pattern.startswith("re:"):
         return re.fullmatch(pattern[3:], name) is not None
     if any(ch in pattern for ch in "*?["):
@@ -295,9 +318,9 @@ def _pattern_matches(pattern, name):
     return name == pattern or name.endswith("." + pattern) or ("." + pattern + ".") in ("." + name + ".")
 
 
-def excluded_groups(ignored):
+def excluded_groups(ignored: Optional[List[str]]) -> Set[str]:
     """Weight groups that a quantization config leaves unquantized."""
-    out = set()
+    out: Set[str] = set()
     for group, names in _GROUP_MODULES.items():
         for pattern in ignored or ():
             if any(_pattern_matches(pattern, prefix + name) for name in names for prefix in _PREFIXES):
@@ -306,7 +329,7 @@ def excluded_groups(ignored):
     return out
 
 
-def _quantized_bytes(quant):
+def _quantized_bytes(quant: Json) -> Optional[float]:
     method = quant["method"]
     if method in ("fp8", "fbgemm_fp8") or (method == "compressed-tensors" and quant.get("weight_bits") == 8):
         return 1.0
@@ -314,14 +337,14 @@ def _quantized_bytes(quant):
         return NVFP4_BYTES
     if method == "mxfp4":
         return MXFP4_BYTES
-    bits = quant.get("weight_bits")
+    bits: Optional[int] = quant.get("weight_bits")
     if bits:
-        group = quant.get("group_size") or 128
+        group: int = quant.get("group_size") or 128
         return bits / 8 + 2 / group
     return None
 
 
-def estimate_parameters(cfg, attention, moe, mtp_layers=0):
+def estimate_parameters(cfg: Json, attention: Json, moe: Optional[Json], mtp_layers: int = 0) -> Dict[str, int]:
     """Parameter counts per weight group from the config's shapes (norms and biases left out)."""
     hidden = _int_field(cfg, "hidden_size", "hidden_size", "n_embd", "d_model")
     vocab = _int_field(cfg, "vocab_size", "vocab_size", "padded_vocab_size")
@@ -338,7 +361,7 @@ def estimate_parameters(cfg, attention, moe, mtp_layers=0):
         head_dim, kv_heads = attention["head_dim"], attention["num_kv_heads"]
         per_layer_attn = hidden * head_dim * (2 * heads + 2 * kv_heads)
     dense_size = int(cfg.get("intermediate_size") or 4 * hidden)
-    counts = {"embedding": vocab * hidden,
+    counts: Dict[str, float] = {"embedding": vocab * hidden,
               "lm_head": 0 if cfg.get("tie_word_embeddings") else vocab * hidden,
               "attention": per_layer_attn * layers, "dense_mlp": 0, "experts": 0,
               "shared_experts": 0, "router": 0}
@@ -362,7 +385,7 @@ def estimate_parameters(cfg, attention, moe, mtp_layers=0):
     return {k: int(v) for k, v in counts.items()}
 
 
-def estimate_weight_bytes(cfg, params, quant):
+def estimate_weight_bytes(cfg: Json, params: Dict[str, int], quant: Optional[Json]) -> Dict[str, int]:
     """Bytes per weight group: quantized groups at the quantized size, the rest at the dtype."""
     dtype = str(_first(cfg, "torch_dtype", "dtype", default="bfloat16")).replace("torch.", "")
     base = DTYPE_BYTES.get(dtype, 2)
@@ -370,7 +393,7 @@ def estimate_weight_bytes(cfg, params, quant):
         base = 2  # a config saying float8 for the whole model still keeps embeddings in 16 bits
     quantized = _quantized_bytes(quant) if quant else None
     skip = excluded_groups(quant.get("ignored")) if quant else set()
-    out = {}
+    out: Dict[str, float] = {}
     for group, count in params.items():
         if quantized and group in ("attention", "dense_mlp", "experts", "shared_experts", "lm_head") and group not in skip:
             out[group] = count * quantized
@@ -379,7 +402,8 @@ def estimate_weight_bytes(cfg, params, quant):
     return {k: int(v) for k, v in out.items()}
 
 
-def analyze(config, hf_quant_config=None, index=None, file_sizes=None):
+def analyze(config: Any, hf_quant_config: Optional[Json] = None, index: Optional[Json] = None,
+            file_sizes: Optional[Dict[str, int]] = None) -> Json:
     """The ``model`` contract (see ARCHITECTURE.md) from already-parsed files."""
     if not isinstance(config, dict):
         raise ModelConfigError("model config: expected a JSON object")
@@ -400,7 +424,7 @@ def analyze(config, hf_quant_config=None, index=None, file_sizes=None):
     params = estimate_parameters(cfg, attention, moe, int(cfg.get("num_nextn_predict_layers") or 0))
     estimated = estimate_weight_bytes(cfg, params, quant)
     estimated_total = sum(estimated.values())
-    total = None
+    total: Optional[int] = None
     source = "estimate"
     if index and isinstance(index.get("metadata"), dict) and index["metadata"].get("total_size"):
         total, source = int(index["metadata"]["total_size"]), "index"
@@ -410,7 +434,7 @@ def analyze(config, hf_quant_config=None, index=None, file_sizes=None):
     expert_fraction = expert_bytes / estimated_total if estimated_total else 0.0
     weights = total if total is not None else estimated_total
 
-    quant_out = None
+    quant_out: Optional[Json] = None
     if quant:
         quant_out = {k: quant[k] for k in ("method", "format", "block_size", "weight_bits", "group_size", "kv_cache")}
         quant_out["unquantized_groups"] = sorted(excluded_groups(quant.get("ignored")))
@@ -444,7 +468,7 @@ def analyze(config, hf_quant_config=None, index=None, file_sizes=None):
     }
 
 
-def model_facts(path):
+def model_facts(path: str) -> Json:
     """The ``model`` contract for a model directory or a bare config.json."""
     files = load_model_files(path)
     facts = analyze(files["config"], files["hf_quant_config"], files["index"], files["file_sizes"])
