@@ -43,6 +43,8 @@ import sys
 import tempfile
 import threading
 import time
+from typing import (Any, BinaryIO, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, TextIO, Tuple,
+                    TypedDict, TypeVar, Union, cast)
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
 
@@ -65,6 +67,72 @@ PROGRESS_INTERVAL = 1.0
 RATE_WINDOW = 10.0
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+# A manifest or verified.json as read back from disk, or a progress document: JSON.
+Json = Dict[str, Any]
+
+
+class RemoteFile(TypedDict):
+    """One file of a commit as Hub.list_files() reports it."""
+    path: str
+    size: int
+    blob_id: Optional[str]
+    lfs_sha256: Optional[str]
+    xet: bool
+
+
+class Digests(TypedDict):
+    """file_digests(): sha256 always, git blob sha1 when asked for."""
+    sha256: str
+    git_blob_sha1: Optional[str]
+
+
+class LocalFile(TypedDict):
+    """scan_local(): what dest holds for one remote file."""
+    final_size: Optional[int]
+    final_mtime_ns: Optional[int]
+    part_size: int
+
+
+class _ActionExtra(TypedDict, total=False):
+    replace_final: bool  # fetch actions only
+
+
+class Action(_ActionExtra):
+    """One file of plan_fetch(): keep, check or fetch (resuming from resume_from bytes)."""
+    path: str
+    action: str
+    resume_from: int
+
+
+class FetchPlan(TypedDict):
+    """plan_fetch()'s result."""
+    actions: List[Action]
+    bytes_total: int
+    bytes_present: int
+    bytes_needed: int
+    fetch: List[str]
+
+
+class Version(TypedDict):
+    """One version directory of list_versions()."""
+    path: str
+    commit: Optional[str]
+    fetched_at_epoch: float
+    bytes: int
+    complete: bool
+
+
+class ManifestFile(TypedDict):
+    """One entry of the manifest's files."""
+    path: str
+    size: int
+    lfs: bool
+    sha256: str
+    git_blob_sha1: Optional[str]
+
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -74,14 +142,14 @@ class HubError(Exception):
     ``details`` carries numbers the caller returns next to the message (e.g. the disk check's).
     """
 
-    def __init__(self, msg, **details):
+    def __init__(self, msg: str, **details: Any) -> None:
         super().__init__(msg)
         self.details = details
 
 
 # ----------------------------------------------------------------------------- names and paths
 
-def validate_repo_id(repo_id):
+def validate_repo_id(repo_id: str) -> str:
     """``org/name`` only: the id becomes two directory levels under models_root, so anything that
     could climb out of it (``..``, absolute paths, extra slashes) is refused."""
     parts = (repo_id or "").split("/")
@@ -91,35 +159,35 @@ def validate_repo_id(repo_id):
     return repo_id
 
 
-def is_commit(revision):
+def is_commit(revision: Optional[str]) -> bool:
     """A full commit sha pins the version by itself: no network is needed to know which one it is."""
-    return bool(revision) and COMMIT_RE.match(revision) is not None
+    return bool(revision) and COMMIT_RE.match(cast(str, revision)) is not None
 
 
-def default_dest(models_root, repo_id, commit):
+def default_dest(models_root: str, repo_id: str, commit: str) -> str:
     """<models_root>/<org>/<name>/<commit>: one directory per version, so a revert needs no download."""
     org, name = validate_repo_id(repo_id).split("/")
     return os.path.join(models_root, org, name, commit)
 
 
-def progress_path(dest):
+def progress_path(dest: str) -> str:
     """Next to dest (not inside it), so it never becomes part of the model directory vLLM reads."""
     return dest.rstrip("/") + PROGRESS_SUFFIX
 
 
-def manifest_path(dest):
+def manifest_path(dest: str) -> str:
     return os.path.join(dest, MANIFEST_NAME)
 
 
-def partial_dir(dest):
+def partial_dir(dest: str) -> str:
     return os.path.join(dest, PARTIAL_DIR)
 
 
-def part_path(dest, relpath):
+def part_path(dest: str, relpath: str) -> str:
     return os.path.join(partial_dir(dest), relpath + ".part")
 
 
-def safe_relpath(path):
+def safe_relpath(path: str) -> str:
     """A hub file path as a relative path that stays inside dest; a hostile or broken hub listing
     ``../x`` or ``/etc/x`` must not write outside the model directory."""
     parts = path.split("/")
@@ -130,26 +198,27 @@ def safe_relpath(path):
     return os.path.join(*parts)
 
 
-def sanitize_endpoint(endpoint):
+def sanitize_endpoint(endpoint: Optional[str]) -> str:
     """The endpoint as it may be reported: without any user:password@ part."""
     return re.sub(r"^(\w+://)[^/@]*@", r"\1", endpoint or "")
 
 
-def resolve_endpoint(endpoint, environ=None):
+def resolve_endpoint(endpoint: Optional[str], environ: Optional[Mapping[str, str]] = None) -> str:
     """The given endpoint, else HF_ENDPOINT of the target, else the public hub, without a trailing /."""
     environ = os.environ if environ is None else environ
     return (endpoint or environ.get("HF_ENDPOINT") or PUBLIC_ENDPOINT).rstrip("/")
 
 
-def filter_paths(paths, allow_patterns=None, ignore_patterns=None):
+def filter_paths(paths: Iterable[str], allow_patterns: Optional[Sequence[str]] = None,
+                 ignore_patterns: Optional[Sequence[str]] = None) -> List[str]:
     """The paths huggingface_hub's snapshot_download would fetch for these patterns (fnmatch on the
     whole path; a pattern ending in '/' means everything below that folder)."""
-    def norm(patterns):
+    def norm(patterns: Optional[Sequence[str]]) -> Optional[List[str]]:
         if not patterns:
             return None
         return [p + "*" if p.endswith("/") else p for p in patterns]
     allow, ignore = norm(allow_patterns), norm(ignore_patterns)
-    kept = []
+    kept: List[str] = []
     for path in paths:
         if allow is not None and not any(fnmatch.fnmatch(path, p) for p in allow):
             continue
@@ -161,7 +230,7 @@ def filter_paths(paths, allow_patterns=None, ignore_patterns=None):
 
 # ----------------------------------------------------------------------------- digests
 
-def file_digests(path, git_blob=False):
+def file_digests(path: str, git_blob: bool = False) -> Digests:
     """sha256 of the file and, for files the hub does not store in LFS, the git blob sha1 (the
     hub's only checksum for them). One read serves both."""
     sha256 = hashlib.sha256()
@@ -180,12 +249,12 @@ def file_digests(path, git_blob=False):
     return {"sha256": sha256.hexdigest(), "git_blob_sha1": sha1.hexdigest() if sha1 else None}
 
 
-def git_blob_sha1_bytes(data):
+def git_blob_sha1_bytes(data: bytes) -> str:
     """git's object id of a blob: sha1 over "blob <size>\\0" + content (what the tree API lists)."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def verification_problem(path, remote):
+def verification_problem(path: str, remote: RemoteFile) -> Tuple[Optional[str], Optional[Digests]]:
     """None when the file at path is the hub's file, else what is wrong (and the digests either way).
 
     Size first: it is free and catches truncation; then the hub's own checksum.
@@ -210,7 +279,7 @@ def verification_problem(path, remote):
 
 # ----------------------------------------------------------------------------- JSON files
 
-def write_json_atomic(path, document, mode=0o644, uid=None, gid=None):
+def write_json_atomic(path: str, document: Any, mode: int = 0o644, uid: Optional[int] = None, gid: Optional[int] = None) -> None:
     """Write-then-rename, so a reader (or a crash) never sees half a manifest or progress file.
 
     The temporary file gets its final mode before any byte is written: a 0600 file never exists
@@ -236,7 +305,7 @@ def write_json_atomic(path, document, mode=0o644, uid=None, gid=None):
         raise
 
 
-def read_json(path):
+def read_json(path: str) -> Any:
     """The JSON document at path, or None when it is missing or unreadable (then it does not count)."""
     try:
         with open(path) as handle:
@@ -247,11 +316,11 @@ def read_json(path):
 
 # ----------------------------------------------------------------------------- manifest
 
-def utc_now():
+def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def read_manifest(dest):
+def read_manifest(dest: str) -> Optional[Json]:
     """The manifest of dest, or None when there is none or it is not one of ours."""
     manifest = read_json(manifest_path(dest))
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
@@ -260,8 +329,9 @@ def read_manifest(dest):
     return manifest
 
 
-def manifest_document(repo_id, commit, revision, endpoint, allow_patterns, ignore_patterns, files, now=None,
-                      epoch=None):
+def manifest_document(repo_id: str, commit: str, revision: Optional[str], endpoint: Optional[str],
+                      allow_patterns: Optional[Sequence[str]], ignore_patterns: Optional[Sequence[str]],
+                      files: Iterable[ManifestFile], now: Optional[str] = None, epoch: Optional[float] = None) -> Json:
     """What a complete version records: where it came from and what every file must be.
 
     ``files``: dicts with path, size, lfs (bool), sha256 (the hub's for LFS files, computed after the
@@ -285,7 +355,8 @@ def manifest_document(repo_id, commit, revision, endpoint, allow_patterns, ignor
     }
 
 
-def manifest_problems(manifest, dest, repo_id, commit, allow_patterns, ignore_patterns):
+def manifest_problems(manifest: Optional[Json], dest: str, repo_id: str, commit: str, allow_patterns: Optional[Sequence[str]],
+                      ignore_patterns: Optional[Sequence[str]]) -> List[str]:
     """Why dest is not (or no longer) the complete requested version; [] when it is.
 
     The quick check: identity, patterns and, for every file, that it exists with its recorded size.
@@ -293,7 +364,7 @@ def manifest_problems(manifest, dest, repo_id, commit, allow_patterns, ignore_pa
     """
     if manifest is None:
         return ["no manifest (%s): the version is absent or its fetch did not finish" % manifest_path(dest)]
-    problems = []
+    problems: List[str] = []
     if manifest.get("repo_id") != repo_id or manifest.get("commit") != commit:
         problems.append("the manifest is for %s@%s, not %s@%s" % (
             manifest.get("repo_id"), manifest.get("commit"), repo_id, commit))
@@ -312,14 +383,14 @@ def manifest_problems(manifest, dest, repo_id, commit, allow_patterns, ignore_pa
     return problems
 
 
-def manifest_rehash(manifest, dest, workers=4):
+def manifest_rehash(manifest: Json, dest: str, workers: int = 4) -> Dict[str, str]:
     """Files of a complete version whose content no longer matches its manifest (``verify: sha256``).
 
     Hashing is I/O and C code that releases the GIL, so a few threads use several disks/cores.
     """
     entries = manifest.get("files", [])
 
-    def check(entry):
+    def check(entry: Json) -> Tuple[str, Optional[str]]:
         path = os.path.join(dest, entry["path"])
         try:
             digest = file_digests(path)["sha256"]
@@ -333,7 +404,7 @@ def manifest_rehash(manifest, dest, workers=4):
     return dict((path, problem) for path, problem in results if problem)
 
 
-def parallel_map(function, items, workers):
+def parallel_map(function: Callable[[_T], _R], items: Iterable[_T], workers: int) -> List[_R]:
     """function over items in up to ``workers`` threads, results in input order."""
     import concurrent.futures
     items = list(items)
@@ -345,12 +416,12 @@ def parallel_map(function, items, workers):
 
 # ----------------------------------------------------------------------------- plan
 
-def scan_local(dest, remote_files):
+def scan_local(dest: str, remote_files: Iterable[RemoteFile]) -> Dict[str, LocalFile]:
     """What is on disk for each remote file: final file size/mtime and resumable partial bytes."""
-    local = {}
+    local: Dict[str, LocalFile] = {}
     for remote in remote_files:
         rel = safe_relpath(remote["path"])
-        entry = {"final_size": None, "final_mtime_ns": None, "part_size": 0}
+        entry: LocalFile = {"final_size": None, "final_mtime_ns": None, "part_size": 0}
         try:
             st = os.stat(os.path.join(dest, rel))
             entry["final_size"], entry["final_mtime_ns"] = st.st_size, st.st_mtime_ns
@@ -364,7 +435,7 @@ def scan_local(dest, remote_files):
     return local
 
 
-def plan_fetch(remote_files, local, verified):
+def plan_fetch(remote_files: Iterable[RemoteFile], local: Mapping[str, LocalFile], verified: Mapping[str, Json]) -> FetchPlan:
     """Decide, per file, what the fetch must do, and count the bytes for the disk check.
 
     - ``keep``: the final file is there, with a verified record of this very size and mtime;
@@ -374,16 +445,16 @@ def plan_fetch(remote_files, local, verified):
     bytes_present counts kept and to-be-checked files plus resumable partial bytes; bytes_needed is
     what still has to come over the network if everything present turns out good.
     """
-    actions = []
+    actions: List[Action] = []
     total = present = 0
     for remote in remote_files:
         size = remote["size"]
         total += size
-        entry = local.get(remote["path"], {})
+        entry = local.get(remote["path"], cast(LocalFile, {}))
         record = verified.get(remote["path"])
         if entry.get("final_size") == size:
             if record and record.get("size") == size and record.get("mtime_ns") == entry.get("final_mtime_ns"):
-                action = {"path": remote["path"], "action": "keep", "resume_from": 0}
+                action: Action = {"path": remote["path"], "action": "keep", "resume_from": 0}
             else:
                 action = {"path": remote["path"], "action": "check", "resume_from": 0}
             present += size
@@ -400,7 +471,7 @@ def plan_fetch(remote_files, local, verified):
 
 # ----------------------------------------------------------------------------- disk
 
-def free_bytes(path):
+def free_bytes(path: str) -> int:
     """Bytes an unprivileged writer can still use on the filesystem that will hold path (the nearest
     existing ancestor is asked, since dest usually does not exist yet)."""
     probe = os.path.abspath(path)
@@ -413,14 +484,14 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
-def disk_margin(bytes_needed, margin=None):
+def disk_margin(bytes_needed: int, margin: Optional[Union[int, str]] = None) -> int:
     """The bytes kept free after the download: the given margin, else max(1 GiB, 1% of the fetch)."""
     if margin is not None:
         return int(margin)
     return max(MIN_DISK_MARGIN, int(bytes_needed * DISK_MARGIN_FRACTION))
 
 
-def human_bytes(value):
+def human_bytes(value: Union[int, float]) -> str:
     """Binary units, as df -h prints them, for messages next to the exact byte counts."""
     value = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -430,7 +501,8 @@ def human_bytes(value):
     return "%.1f TiB" % value
 
 
-def disk_refusal(repo_id, commit, dest, bytes_total, bytes_present, bytes_needed, free, margin):
+def disk_refusal(repo_id: str, commit: str, dest: str, bytes_total: int, bytes_present: int, bytes_needed: int, free: int,
+                 margin: int) -> Optional[str]:
     """The refusal message when the download does not fit (with all four numbers), else None."""
     if bytes_needed + margin <= free:
         return None
@@ -445,7 +517,7 @@ def disk_refusal(repo_id, commit, dest, bytes_total, bytes_present, bytes_needed
 
 # ----------------------------------------------------------------------------- versions and pruning
 
-def version_dir(path, models_root):
+def version_dir(path: str, models_root: str) -> Optional[str]:
     """The version directory (<models_root>/<org>/<name>/<commit>) that path is in, else None."""
     root = os.path.normpath(models_root)
     path = os.path.normpath(path)
@@ -457,14 +529,14 @@ def version_dir(path, models_root):
     return os.path.join(root, *parts[:3])
 
 
-def paths_in_units(unit_texts, models_root):
+def paths_in_units(unit_texts: Mapping[str, Optional[str]], models_root: str) -> Dict[str, List[str]]:
     """Version directories under models_root that systemd units name (ExecStart, Environment, ...).
 
     ``unit_texts``: {unit path: text}. Returns {version dir: [unit paths]}.
     """
     root = os.path.normpath(models_root)
     pattern = re.compile(re.escape(root) + r"/[^\s\"';]+")
-    found = {}
+    found: Dict[str, List[str]] = {}
     for unit, text in sorted(unit_texts.items()):
         for match in pattern.finditer(text or ""):
             version = version_dir(match.group(0).rstrip(","), root)
@@ -475,9 +547,9 @@ def paths_in_units(unit_texts, models_root):
     return found
 
 
-def read_units(globs):
+def read_units(globs: Iterable[str]) -> Dict[str, str]:
     """{unit path: text} for the unit files matching globs; unreadable ones are skipped."""
-    texts = {}
+    texts: Dict[str, str] = {}
     for pattern in globs:
         for unit in sorted(glob.glob(pattern)):
             try:
@@ -488,7 +560,7 @@ def read_units(globs):
     return texts
 
 
-def covers(protected, version):
+def covers(protected: str, version: str) -> bool:
     """True when protecting ``protected`` keeps ``version``: the same directory, a path inside it, or a
     directory that contains it. Symlinks are resolved (units often name a 'current' link)."""
     protected = os.path.realpath(protected)
@@ -496,7 +568,7 @@ def covers(protected, version):
     return protected == version or protected.startswith(version + os.sep) or version.startswith(protected + os.sep)
 
 
-def list_versions(models_root, repo_id):
+def list_versions(models_root: str, repo_id: str) -> List[Version]:
     """Versions of repo_id under models_root: {path, commit, fetched_at_epoch, bytes, complete}.
 
     Only directories with this repo's manifest are complete; others (an unfinished fetch, a foreign
@@ -504,7 +576,7 @@ def list_versions(models_root, repo_id):
     """
     org, name = validate_repo_id(repo_id).split("/")
     base = os.path.join(models_root, org, name)
-    versions = []
+    versions: List[Version] = []
     try:
         names = sorted(os.listdir(base))
     except OSError:
@@ -515,13 +587,13 @@ def list_versions(models_root, repo_id):
             continue
         manifest = read_manifest(path)
         complete = manifest is not None and manifest.get("repo_id") == repo_id
-        versions.append({"path": path, "commit": manifest.get("commit") if complete else None,
-                         "fetched_at_epoch": float(manifest.get("fetched_at_epoch") or 0) if complete else 0.0,
-                         "bytes": int(manifest.get("bytes") or 0) if complete else 0, "complete": complete})
+        versions.append({"path": path, "commit": cast(Json, manifest).get("commit") if complete else None,
+                         "fetched_at_epoch": float(cast(Json, manifest).get("fetched_at_epoch") or 0) if complete else 0.0,
+                         "bytes": int(cast(Json, manifest).get("bytes") or 0) if complete else 0, "complete": complete})
     return versions
 
 
-def select_prune(versions, keep, current, protected):
+def select_prune(versions: Iterable[Version], keep: int, current: str, protected: Iterable[str]) -> List[str]:
     """Which versions to delete so that ``keep`` remain, never the current one or a protected one.
 
     Kept first: the current version, then protected ones (a unit serves them: that is the revert
@@ -547,7 +619,7 @@ def select_prune(versions, keep, current, protected):
     return [v["path"] for v in sorted(complete, key=lambda v: v["fetched_at_epoch"]) if v["path"] not in kept]
 
 
-def remove_version(path):
+def remove_version(path: str) -> None:
     """Delete one version directory and its progress file."""
     shutil.rmtree(path)
     try:
@@ -558,7 +630,7 @@ def remove_version(path):
 
 # ----------------------------------------------------------------------------- ownership
 
-def resolve_uid(owner):
+def resolve_uid(owner: Optional[Union[int, str]]) -> Optional[int]:
     """A user name or number as a uid; None keeps the fetching user.
 
     Ansible looks the name up again when it sets the owner, but only with a generic "failed to look
@@ -571,13 +643,13 @@ def resolve_uid(owner):
     except ValueError:
         pass
     try:
-        return pwd.getpwnam(owner).pw_uid
+        return pwd.getpwnam(cast(str, owner)).pw_uid
     except KeyError:
         raise HubError("owner %r: no such user on the target; create the service user first "
                        "(or leave owner unset)" % (owner,))
 
 
-def resolve_gid(group):
+def resolve_gid(group: Optional[Union[int, str]]) -> Optional[int]:
     """A group name or number as a gid; None keeps the fetching user's group (checked early, as
     resolve_uid is)."""
     if group in (None, ""):
@@ -587,12 +659,12 @@ def resolve_gid(group):
     except ValueError:
         pass
     try:
-        return grp.getgrnam(group).gr_gid
+        return grp.getgrnam(cast(str, group)).gr_gid
     except KeyError:
         raise HubError("group %r: no such group on the target; create it first (or leave group unset)" % (group,))
 
 
-def parse_mode(mode):
+def parse_mode(mode: Optional[Union[int, str]]) -> int:
     """An octal mode for the model files: '0644', '644' or an int (YAML 0644 arrives as 420).
 
     An int, not the string Ansible would also take: directories get a mode derived from it
@@ -615,13 +687,13 @@ def parse_mode(mode):
     return value
 
 
-def dir_mode(file_mode):
+def dir_mode(file_mode: int) -> int:
     """Directories get the file mode plus x wherever it has r, so whoever may read the files may
     also reach them."""
     return file_mode | ((file_mode & 0o444) >> 2)
 
 
-def attribute_targets(dest, relpaths, file_mode):
+def attribute_targets(dest: str, relpaths: Iterable[str], file_mode: int) -> List[Tuple[str, int]]:
     """(path, mode) for dest, the directories below it that hold model files, every file and the
     manifest: everything the service user must be able to read. The module sets owner, group and
     these modes with AnsibleModule.set_fs_attributes_if_different."""
@@ -646,34 +718,35 @@ class Progress:
     document; ``updated`` tells a poller whether the fetch is still alive.
     """
 
-    def __init__(self, path, repo_id, commit, dest, bytes_total, bytes_present, files_total):
+    def __init__(self, path: str, repo_id: str, commit: str, dest: str, bytes_total: int, bytes_present: int,
+                 files_total: int) -> None:
         self.path = path
         self.lock = threading.Lock()
-        self.doc = {"repo_id": repo_id, "commit": commit, "dest": dest, "pid": os.getpid(), "phase": "planning",
+        self.doc: Json = {"repo_id": repo_id, "commit": commit, "dest": dest, "pid": os.getpid(), "phase": "planning",
                     "started": time.time(), "updated": time.time(), "bytes_total": bytes_total,
                     "bytes_present_at_start": bytes_present, "bytes_done": bytes_present, "downloaded_bytes": 0,
                     "rate_bytes_per_s": 0, "files_total": files_total, "files_done": 0, "current_files": [],
                     "error": None}
-        self.in_flight = {}
-        self.samples = collections.deque()
+        self.in_flight: Dict[str, int] = {}
+        self.samples: Deque[Tuple[float, int]] = collections.deque()
         self.stop_event = threading.Event()
-        self.thread = None
+        self.thread: Optional[threading.Thread] = None
 
-    def start(self):
+    def start(self) -> None:
         self.write()
         self.thread = threading.Thread(target=self._loop, name="llmops-progress")
         self.thread.daemon = True
         self.thread.start()
 
-    def _loop(self):
+    def _loop(self) -> None:
         while not self.stop_event.wait(PROGRESS_INTERVAL):
             self.write()
 
-    def phase(self, phase):
+    def phase(self, phase: str) -> None:
         with self.lock:
             self.doc["phase"] = phase
 
-    def add(self, relpath, count):
+    def add(self, relpath: str, count: int) -> None:
         """count bytes arrived over the network for relpath (negative: a restart threw bytes away)."""
         with self.lock:
             if count > 0:
@@ -681,32 +754,32 @@ class Progress:
             self.doc["bytes_done"] += count
             self.in_flight[relpath] = self.in_flight.get(relpath, 0) + count
 
-    def begin(self, relpath):
+    def begin(self, relpath: str) -> None:
         with self.lock:
             self.in_flight.setdefault(relpath, 0)
 
-    def end(self, relpath, done):
+    def end(self, relpath: str, done: bool) -> None:
         """relpath left the download; done: it is verified and in place."""
         with self.lock:
             self.in_flight.pop(relpath, None)
             if done:
                 self.doc["files_done"] += 1
 
-    def wasted(self, count):
+    def wasted(self, count: int) -> None:
         """Bytes that came over the network and were thrown away at once."""
         with self.lock:
             self.doc["downloaded_bytes"] += count
 
-    def discard(self, count):
+    def discard(self, count: int) -> None:
         """Bytes counted as done that turned out bad (deleted for a re-fetch)."""
         with self.lock:
             self.doc["bytes_done"] -= count
 
-    def count_done(self, files=1):
+    def count_done(self, files: int = 1) -> None:
         with self.lock:
             self.doc["files_done"] += files
 
-    def snapshot(self):
+    def snapshot(self) -> Json:
         with self.lock:
             now = time.time()
             self.samples.append((now, self.doc["downloaded_bytes"]))
@@ -719,14 +792,14 @@ class Progress:
             self.doc["current_files"] = sorted(self.in_flight)[:8]
             return dict(self.doc)
 
-    def write(self):
+    def write(self) -> None:
         """Best effort: a full disk or a removed directory must not break the fetch itself."""
         try:
             write_json_atomic(self.path, self.snapshot(), mode=0o600)
         except OSError:
             pass
 
-    def finish(self, phase, error=None):
+    def finish(self, phase: str, error: Optional[str] = None) -> None:
         self.stop_event.set()
         if self.thread is not None:
             self.thread.join(5)
@@ -741,7 +814,7 @@ class RangeIgnored(Exception):
     """The server answered a Range request with the whole file from byte 0."""
 
 
-def resume_head(part, resume, limit=1 << 16):
+def resume_head(part: str, resume: int, limit: int = 1 << 16) -> bytes:
     """The first bytes of a partial file, to recognise a server that answers a Range request with the
     whole file; empty (no check) when there is nothing to resume or the bytes are all alike (zero
     padding would match any offset)."""
@@ -762,14 +835,14 @@ class CountingWriter:
     transfer after one chunk instead of a whole wasted file.
     """
 
-    def __init__(self, handle, progress, relpath, head=b""):
+    def __init__(self, handle: BinaryIO, progress: Progress, relpath: str, head: bytes = b"") -> None:
         self.handle = handle
         self.progress = progress
         self.relpath = relpath
         self.head = head
         self.restarted = False
 
-    def write(self, data):
+    def write(self, data: bytes) -> int:
         if self.head:
             head, self.head = self.head, b""
             size = min(len(head), len(data))
@@ -780,13 +853,13 @@ class CountingWriter:
         self.progress.add(self.relpath, len(data))
         return written
 
-    def tell(self):
+    def tell(self) -> int:
         return self.handle.tell()
 
-    def seek(self, offset, whence=0):
+    def seek(self, offset: int, whence: int = 0) -> int:
         return self.handle.seek(offset, whence)
 
-    def truncate(self, size=None):
+    def truncate(self, size: Optional[int] = None) -> int:
         self.head = b""
         before = os.fstat(self.handle.fileno()).st_size
         result = self.handle.truncate(size)
@@ -796,16 +869,16 @@ class CountingWriter:
             self.progress.add(self.relpath, after - before)
         return result
 
-    def flush(self):
+    def flush(self) -> None:
         return self.handle.flush()
 
-    def fileno(self):
+    def fileno(self) -> int:
         return self.handle.fileno()
 
 
 # ----------------------------------------------------------------------------- locking
 
-def lock_fetch(dest):
+def lock_fetch(dest: str) -> TextIO:
     """An exclusive lock on dest's fetch, so two runs never write the same partial files.
 
     Returns the open lock file (keep it open while fetching); refuses when another run holds it.
@@ -829,7 +902,7 @@ def lock_fetch(dest):
 
 # ----------------------------------------------------------------------------- the hub (huggingface_hub)
 
-def import_huggingface_hub():
+def import_huggingface_hub() -> Any:
     """huggingface_hub, imported only when the network is needed, with progress bars and telemetry off
     (a module's stderr is no terminal, and nothing but the hub itself should be contacted)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -844,13 +917,13 @@ def import_huggingface_hub():
     return huggingface_hub
 
 
-def error_kinds(exc):
+def error_kinds(exc: BaseException) -> Set[str]:
     """The class names in exc's MRO: huggingface_hub moved its exceptions between modules across
     releases, the names stayed."""
     return set(cls.__name__ for cls in type(exc).__mro__)
 
 
-def xet_available(hf):
+def xet_available(hf: Any) -> bool:
     """hf_xet is used for Xet-stored files when it is installed and not disabled (HF_HUB_DISABLE_XET)."""
     try:
         from huggingface_hub.utils import is_xet_available
@@ -862,7 +935,7 @@ def xet_available(hf):
         return False
 
 
-def transfer_for(remote, use_xet):
+def transfer_for(remote: RemoteFile, use_xet: bool) -> str:
     """How a file travels: hf_xet (parallel chunks, no byte-resume) for Xet-stored files when it is
     installed, else huggingface_hub's HTTP download with a Range resume."""
     return "xet" if use_xet and remote.get("xet") else "http"
@@ -872,14 +945,14 @@ class Hub:
     """The network side, through huggingface_hub, in this process only: the token goes to the
     library as an argument, never into the environment or argv of another process."""
 
-    def __init__(self, endpoint, token=None):
-        self.hf = import_huggingface_hub()
+    def __init__(self, endpoint: str, token: Optional[str] = None) -> None:
+        self.hf: Any = import_huggingface_hub()
         self.endpoint = endpoint
         self.token = token or None
-        self.api = self.hf.HfApi(endpoint=endpoint, token=self.token, library_name="llmops.vllm")
+        self.api: Any = self.hf.HfApi(endpoint=endpoint, token=self.token, library_name="llmops.vllm")
         self.use_xet = xet_available(self.hf)
 
-    def describe(self, exc, repo_id, revision):
+    def describe(self, exc: BaseException, repo_id: str, revision: Optional[str]) -> str:
         """A readable message for a hub error: which repo/revision, and what to do."""
         kinds = error_kinds(exc)
         where = "%s at %s" % (repo_id, sanitize_endpoint(self.endpoint))
@@ -911,14 +984,14 @@ class Hub:
         return ("cannot reach the hub for %s (%s: %s): check `endpoint` (or HF_ENDPOINT) and the network"
                 % (where, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
 
-    def _refs(self, repo_id):
+    def _refs(self, repo_id: str) -> Optional[Dict[str, List[str]]]:
         try:
             refs = self.api.list_repo_refs(repo_id)
         except Exception:
             return None
         return {"branches": sorted(b.name for b in refs.branches), "tags": sorted(t.name for t in refs.tags)}
 
-    def _revision_missing(self, repo_id, revision, refs=None):
+    def _revision_missing(self, repo_id: str, revision: Optional[str], refs: Optional[Dict[str, List[str]]] = None) -> str:
         refs = refs if refs is not None else self._refs(repo_id)
         known = ""
         if refs is not None:
@@ -927,7 +1000,7 @@ class Hub:
         return ("revision %r not found in %s at %s%s: give an existing branch, tag or full commit sha"
                 % (revision, repo_id, sanitize_endpoint(self.endpoint), known))
 
-    def resolve(self, repo_id, revision):
+    def resolve(self, repo_id: str, revision: str) -> str:
         """The commit sha that revision (branch, tag or commit) names right now."""
         try:
             info = self.api.model_info(repo_id, revision=revision)
@@ -936,15 +1009,15 @@ class Hub:
         if not info.sha:
             raise HubError("the hub at %s returned no commit for %s@%s; it is not a Hugging Face compatible hub"
                            % (sanitize_endpoint(self.endpoint), repo_id, revision))
-        return info.sha
+        return cast(str, info.sha)
 
-    def list_files(self, repo_id, commit):
+    def list_files(self, repo_id: str, commit: str) -> List[RemoteFile]:
         """Every file of the commit with its size and checksums, from the hub's tree API."""
         try:
             entries = list(self.api.list_repo_tree(repo_id, revision=commit, recursive=True))
         except Exception as exc:
             raise HubError(self.describe(exc, repo_id, commit))
-        files = []
+        files: List[RemoteFile] = []
         for entry in entries:
             if getattr(entry, "blob_id", None) is None and getattr(entry, "size", None) is None:
                 continue  # a folder
@@ -958,11 +1031,11 @@ class Hub:
                           "xet": bool(getattr(entry, "xet_hash", None))})
         return sorted(files, key=lambda f: f["path"])
 
-    def headers(self):
+    def headers(self) -> Dict[str, str]:
         from huggingface_hub.utils import build_hf_headers
         return build_hf_headers(token=self.token, library_name="llmops.vllm")
 
-    def download_http(self, repo_id, commit, remote, part, progress):
+    def download_http(self, repo_id: str, commit: str, remote: RemoteFile, part: str, progress: Progress) -> bool:
         """Append the rest of remote's bytes to part (a Range request from its current size).
 
         Returns True when bytes already there were thrown away because the server ignored the Range
@@ -982,7 +1055,7 @@ class Hub:
             try:
                 with open(part, "ab") as handle:
                     writer = CountingWriter(handle, progress, remote["path"], resume_head(part, resume))
-                    http_get(url, writer, resume_size=resume, headers=self.headers(), expected_size=remote["size"],
+                    http_get(url, cast(BinaryIO, writer), resume_size=resume, headers=self.headers(), expected_size=remote["size"],
                              displayed_filename=remote["path"])
                     handle.flush()
                     os.fsync(handle.fileno())
@@ -1000,13 +1073,13 @@ class Hub:
         return restarted
 
     @staticmethod
-    def _start_over(part, remote, progress):
+    def _start_over(part: str, remote: RemoteFile, progress: Progress) -> None:
         """Drop the partial file: its bytes no longer count as done."""
         size = os.path.getsize(part)
         os.unlink(part)
         progress.add(remote["path"], -size)
 
-    def download_xet(self, repo_id, commit, remote, part, progress, work_dir):
+    def download_xet(self, repo_id: str, commit: str, remote: RemoteFile, part: str, progress: Progress, work_dir: str) -> bool:
         """hf_hub_download (hf_xet) into work_dir, then moved to part like an HTTP download.
 
         hf_xet keeps no partial file we could append to: an interrupted Xet file starts over.
@@ -1018,7 +1091,7 @@ class Hub:
         progress.add(remote["path"], os.path.getsize(part) - previous)
         return previous > 0
 
-    def download(self, repo_id, commit, remote, part, progress, work_dir):
+    def download(self, repo_id: str, commit: str, remote: RemoteFile, part: str, progress: Progress, work_dir: str) -> bool:
         """Bring remote's bytes into part; True when bytes already there had to be thrown away."""
         if transfer_for(remote, self.use_xet) == "xet":
             return self.download_xet(repo_id, commit, remote, part, progress, work_dir)
@@ -1040,8 +1113,9 @@ class Fetch:
     its owner/group); None leaves the files as they were written.
     """
 
-    def __init__(self, hub, repo_id, commit, dest, remote_files, progress, file_mode, workers, verified=None,
-                 set_attributes=None):
+    def __init__(self, hub: Hub, repo_id: str, commit: str, dest: str, remote_files: Iterable[RemoteFile], progress: Progress,
+                 file_mode: int, workers: int, verified: Optional[Mapping[str, Json]] = None,
+                 set_attributes: Optional[Callable[[str, int], Any]] = None) -> None:
         self.hub = hub
         self.repo_id, self.commit, self.dest = repo_id, commit, dest
         self.remote = dict((r["path"], r) for r in remote_files)
@@ -1052,15 +1126,15 @@ class Fetch:
         self.verified_path = os.path.join(partial_dir(dest), VERIFIED_NAME)
         # Records the caller trusts (this fetch's earlier runs, or the manifest being repaired), saved
         # at once: the manifest is gone while fetching, and a crash must not cost a re-hash of them.
-        self.verified = dict(verified if verified is not None else (read_json(self.verified_path) or {}))
+        self.verified: Dict[str, Json] = dict(verified if verified is not None else (read_json(self.verified_path) or {}))
         write_json_atomic(self.verified_path, self.verified, mode=0o600)
         self.record_lock = threading.Lock()
-        self.digests = {}
-        self.repaired = []
-        self.restarted = []
+        self.digests: Dict[str, Digests] = {}
+        self.repaired: List[str] = []
+        self.restarted: List[str] = []
         self.transfers = {"http": 0, "xet": 0}
 
-    def record(self, relpath, digests):
+    def record(self, relpath: str, digests: Digests) -> None:
         """Remember a verified file (size, mtime, digests) so a resumed fetch need not re-hash it."""
         final = os.path.join(self.dest, safe_relpath(relpath))
         st = os.stat(final)
@@ -1070,7 +1144,7 @@ class Fetch:
                                       "git_blob_sha1": digests.get("git_blob_sha1")}
             write_json_atomic(self.verified_path, self.verified, mode=0o600)
 
-    def place(self, relpath, source):
+    def place(self, relpath: str, source: str) -> None:
         """Give the verified file its attributes, then rename it into dest (atomic on one filesystem)."""
         rel = safe_relpath(relpath)
         final = os.path.join(self.dest, rel)
@@ -1081,20 +1155,20 @@ class Fetch:
             self.set_attributes(source, self.file_mode)
         os.replace(source, final)
 
-    def keep(self, relpath):
+    def keep(self, relpath: str) -> None:
         """A final file with a matching verified record: reuse its digests, nothing is read."""
         record = self.verified[relpath]
         self.digests[relpath] = {"sha256": record["sha256"], "git_blob_sha1": record.get("git_blob_sha1")}
         self.progress.count_done()
 
-    def check(self, relpath):
+    def check(self, relpath: str) -> None:
         """A final file without a record (e.g. left by a run that died right after renaming it):
         hash it; keep it if good, else delete it and fetch it."""
         remote = self.remote[relpath]
         final = os.path.join(self.dest, safe_relpath(relpath))
         problem, digests = verification_problem(final, remote)
         if problem is None:
-            self.record(relpath, digests)
+            self.record(relpath, cast(Digests, digests))
             self.progress.count_done()
             return None
         os.unlink(final)
@@ -1102,7 +1176,7 @@ class Fetch:
         self.repaired.append(relpath)
         return self.fetch(relpath)
 
-    def fetch(self, relpath):
+    def fetch(self, relpath: str) -> None:
         remote = self.remote[relpath]
         rel = safe_relpath(relpath)
         part = part_path(self.dest, rel)
@@ -1111,7 +1185,7 @@ class Fetch:
         if os.path.exists(final):
             os.unlink(final)  # a wrong-sized leftover: it never stays next to verified files
         self.progress.begin(relpath)
-        problem = None
+        problem: Optional[str] = None
         try:
             for _attempt in (1, 2):
                 self.transfers[transfer_for(remote, self.hub.use_xet)] += 1
@@ -1121,7 +1195,7 @@ class Fetch:
                 problem, digests = verification_problem(part, remote)
                 if problem is None:
                     self.place(relpath, part)
-                    self.record(relpath, digests)
+                    self.record(relpath, cast(Digests, digests))
                     self.progress.end(relpath, done=True)
                     return None
                 # Bad bytes are never kept: delete them and fetch the whole file once more.
@@ -1137,11 +1211,11 @@ class Fetch:
                        "or inconsistent file; the version is not marked complete" % (
                            relpath, self.repo_id, self.commit, problem), file=relpath)
 
-    def run(self, actions):
+    def run(self, actions: Iterable[Action]) -> Dict[str, Digests]:
         """Carry out a plan_fetch plan with ``workers`` threads; the first error stops new work and is
         raised (files already verified stay, so the next run resumes from them)."""
         import concurrent.futures
-        jobs = []
+        jobs: List[Tuple[Callable[[str], None], Tuple[str]]] = []
         for action in actions:
             if action["action"] == "keep" and action["path"] in self.verified:
                 self.keep(action["path"])
@@ -1151,7 +1225,7 @@ class Fetch:
                 jobs.append((self.fetch, (action["path"],)))
         # Small files first: a crash then leaves many complete files and one partial large one.
         jobs.sort(key=lambda job: self.remote[job[1][0]]["size"])
-        errors = []
+        errors: List[BaseException] = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
             futures = [pool.submit(function, *args) for function, args in jobs]
             for future in concurrent.futures.as_completed(futures):
@@ -1169,13 +1243,13 @@ class Fetch:
         return self.digests
 
 
-def manifest_files(remote_files, digests):
+def manifest_files(remote_files: Iterable[RemoteFile], digests: Mapping[str, Digests]) -> List[ManifestFile]:
     """The manifest's file entries: the hub's identity of each file plus what we computed."""
-    files = []
+    files: List[ManifestFile] = []
     for remote in remote_files:
         digest = digests[remote["path"]]
         lfs = remote.get("lfs_sha256") is not None
         files.append({"path": remote["path"], "size": remote["size"], "lfs": lfs,
-                      "sha256": remote["lfs_sha256"] if lfs else digest["sha256"],
+                      "sha256": cast(str, remote["lfs_sha256"]) if lfs else digest["sha256"],
                       "git_blob_sha1": None if lfs else (remote.get("blob_id") or digest.get("git_blob_sha1"))})
     return files
