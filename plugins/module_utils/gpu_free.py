@@ -111,7 +111,7 @@ def gpu_usage(memory: Sequence[MemoryUsed], apps: Sequence[ComputeApp], gpu_indi
     for index in sorted(set(gpu_indices)):
         gpu = by_index[index]
         processes: List[GpuProcess] = [{"pid": app["pid"], "used_memory_mib": app["used_memory_mib"]}
-                     for app in apps if gpu["uuid"] is not None and app["gpu_uuid"] == gpu["uuid"]]
+                                       for app in apps if gpu["uuid"] is not None and app["gpu_uuid"] == gpu["uuid"]]
         used = gpu["memory_used_mib"]
         gpus.append({"index": index, "uuid": gpu["uuid"], "memory_used_mib": used, "processes": processes,
                      "busy": bool(processes) or (used is not None and used >= used_below_mib)})

@@ -133,6 +133,7 @@ class ManifestFile(TypedDict):
     sha256: str
     git_blob_sha1: Optional[str]
 
+
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -723,10 +724,10 @@ class Progress:
         self.path = path
         self.lock = threading.Lock()
         self.doc: Json = {"repo_id": repo_id, "commit": commit, "dest": dest, "pid": os.getpid(), "phase": "planning",
-                    "started": time.time(), "updated": time.time(), "bytes_total": bytes_total,
-                    "bytes_present_at_start": bytes_present, "bytes_done": bytes_present, "downloaded_bytes": 0,
-                    "rate_bytes_per_s": 0, "files_total": files_total, "files_done": 0, "current_files": [],
-                    "error": None}
+                          "started": time.time(), "updated": time.time(), "bytes_total": bytes_total,
+                          "bytes_present_at_start": bytes_present, "bytes_done": bytes_present, "downloaded_bytes": 0,
+                          "rate_bytes_per_s": 0, "files_total": files_total, "files_done": 0, "current_files": [],
+                          "error": None}
         self.in_flight: Dict[str, int] = {}
         self.samples: Deque[Tuple[float, int]] = collections.deque()
         self.stop_event = threading.Event()

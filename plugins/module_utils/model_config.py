@@ -259,7 +259,7 @@ def quantization(config: Json, cfg: Json, hf_quant_config: Optional[Json] = None
         raise ModelConfigError("model config: quantization_config has no quant_method")
     method = str(qc["quant_method"]).lower()
     result: Json = {"method": method, "format": None, "block_size": None, "weight_bits": None,
-              "group_size": None, "kv_cache": None, "ignored": [], "source": CONFIG_FILE}
+                    "group_size": None, "kv_cache": None, "ignored": [], "source": CONFIG_FILE}
     if method == "fp8":
         block = qc.get("weight_block_size")
         result.update(format=qc.get("fmt") or "e4m3", weight_bits=8,
@@ -362,9 +362,9 @@ def estimate_parameters(cfg: Json, attention: Json, moe: Optional[Json], mtp_lay
         per_layer_attn = hidden * head_dim * (2 * heads + 2 * kv_heads)
     dense_size = int(cfg.get("intermediate_size") or 4 * hidden)
     counts: Dict[str, float] = {"embedding": vocab * hidden,
-              "lm_head": 0 if cfg.get("tie_word_embeddings") else vocab * hidden,
-              "attention": per_layer_attn * layers, "dense_mlp": 0, "experts": 0,
-              "shared_experts": 0, "router": 0}
+                                "lm_head": 0 if cfg.get("tie_word_embeddings") else vocab * hidden,
+                                "attention": per_layer_attn * layers, "dense_mlp": 0, "experts": 0,
+                                "shared_experts": 0, "router": 0}
     if moe and moe.get("intermediate_size"):
         counts["experts"] = moe["moe_layers"] * moe["num_experts"] * 3 * hidden * moe["intermediate_size"]
         counts["shared_experts"] = moe["moe_layers"] * 3 * hidden * moe["shared_expert_intermediate_size"]

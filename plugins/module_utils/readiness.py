@@ -121,7 +121,7 @@ def check_completion(base: str, http: Http, api_key: Optional[str], served_model
 def check_chat(base: str, http: Http, api_key: Optional[str], served_model_name: str, prompt: str, max_tokens: int,
                tools: bool = False) -> Dict[str, Any]:
     payload: Dict[str, Any] = {"model": served_model_name, "messages": [{"role": "user", "content": prompt}],
-               "max_tokens": max_tokens, "temperature": 0}
+                               "max_tokens": max_tokens, "temperature": 0}
     if tools:
         payload["tools"] = [PROBE_TOOL]
         payload["tool_choice"] = "auto"

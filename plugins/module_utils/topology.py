@@ -75,6 +75,7 @@ USE_NVML_CHOICES = ("auto", "always", "never")
 # A parsed source or the merged facts: plain JSON-ready data.
 Facts = Dict[str, Any]
 
+
 def read_host(root: str = "/") -> Dict[str, Optional[int]]:
     """Host memory (MemTotal of ``root/proc/meminfo``) and online CPU count, None when unknown."""
     memory: Optional[int] = None

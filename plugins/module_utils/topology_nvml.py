@@ -71,7 +71,7 @@ def nvml_collect(nvml: Any, errors: List[str]) -> Dict[str, Any]:
             return None
 
     snapshot: Dict[str, Any] = {"driver_version": as_text(call("system", "nvmlSystemGetDriverVersion")),
-                "cuda_version": None, "gpus": [], "links": [], "errors": errors}
+                                "cuda_version": None, "gpus": [], "links": [], "errors": errors}
     cuda = call("system", "nvmlSystemGetCudaDriverVersion")
     if isinstance(cuda, int) and cuda > 0:
         snapshot["cuda_version"] = "%d.%d" % (cuda // 1000, (cuda % 1000) // 10)
