@@ -222,6 +222,12 @@ diff:
     after:
       description: The text after.
       type: str
+    before_header:
+      description: The state file's path.
+      type: str
+    after_header:
+      description: The state file's path.
+      type: str
 problems:
   description: Everything wrong with the file or the input, each naming its key.
   returned: failure

@@ -527,6 +527,8 @@ class HostStateDocument(_Result):
 class TextDiff(_Result):
     before: str
     after: str
+    before_header: Optional[str] = None
+    after_header: Optional[str] = None
 
 
 class VllmStateResult(_Result):

@@ -61,8 +61,8 @@ def main():
     busy = gpu_free.wait_until_free(run_command, "nvidia-smi", [0], 1024, timeout=6, poll_interval=2)
     summary["busy"] = busy
     summary["busy_message"] = gpu_free.busy_message(busy, 1024)
-    summary["check_mode"] = gpu_free.wait_until_free(run_command, "nvidia-smi", [0], 1024, timeout=60, poll_interval=2,
-                                                      check_mode=True)
+    summary["check_mode"] = gpu_free.wait_until_free(run_command, "nvidia-smi", [0], 1024, timeout=60,
+                                                     poll_interval=2, check_mode=True)
     released = time.monotonic()
     holder.stdin.close()
     freed = gpu_free.wait_until_free(run_command, "nvidia-smi", [0], 1024, timeout=60, poll_interval=1)

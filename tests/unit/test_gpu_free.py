@@ -290,7 +290,7 @@ def test_bytes_from_the_runner_are_read():
 
 # ----------------------------------------------------------------------------- a real H200, replayed
 
-H200_HELD = os.path.join(FIXTURES, "gpu", "1x-h200-gpu-free-2026-12-01")
+H200_HELD = os.path.join(FIXTURES, "gpu-free", "1x-h200-2026-12-01")
 
 
 def h200_usage(phase):
