@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The retire step's wait for free GPUs (module_utils/gpu_free.py) against a real GPU, in one call:
 capture nvidia-smi's memory and compute-process queries idle, hold GPU 0 with a real CUDA allocation
 (the driver's libcuda through ctypes: a context and 4 GiB, no torch needed), capture them busy, check
