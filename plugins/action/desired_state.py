@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state
-from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import PlanInputError
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError
 
 
 class ActionModule(ActionBase):

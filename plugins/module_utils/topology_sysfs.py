@@ -43,6 +43,14 @@ def _positive(value: Optional[str]) -> Optional[int]:
     return number if number is not None and number > 0 else None
 
 
+def _entries(directory: str) -> List[str]:
+    """The names in ``directory``; none when it is missing (containers, non-Linux)."""
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
 def read_sysfs(root: str = "/") -> Dict[str, Any]:
     """NVIDIA GPUs and NUMA nodes as the kernel sees them under ``root`` (a real or a fake tree).
 
@@ -59,11 +67,7 @@ def read_sysfs(root: str = "/") -> Dict[str, Any]:
     """
     gpus: List[Dict[str, Any]] = []
     pci_dir = os.path.join(root, "sys", "bus", "pci", "devices")
-    try:
-        addresses = os.listdir(pci_dir)
-    except OSError:
-        addresses = []
-    for address in addresses:
+    for address in _entries(pci_dir):
         device_dir = os.path.join(pci_dir, address)
         vendor = (read_text(os.path.join(device_dir, "vendor")) or "").lower()
         device_class = (read_text(os.path.join(device_dir, "class")) or "").lower()
@@ -87,11 +91,7 @@ def read_sysfs(root: str = "/") -> Dict[str, Any]:
 
     numa_nodes: Dict[int, Dict[str, Any]] = {}
     node_dir = os.path.join(root, "sys", "devices", "system", "node")
-    try:
-        entries = os.listdir(node_dir)
-    except OSError:
-        entries = []
-    for entry in entries:
+    for entry in _entries(node_dir):
         match = re.match(r"^node(\d+)$", entry)
         if not match:
             continue

@@ -23,10 +23,10 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
-from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state, planner
+from ansible_collections.llmops.vllm.plugins.plugin_utils import contracts, desired_state, planner, planner_rules
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT = 0, 1, 2
-GIB = planner.GIB
+GIB = planner_rules.GIB
 
 
 class UsageError(Exception):
@@ -162,7 +162,7 @@ def _gpu_list(text: str) -> List[int]:
         raise UsageError("--gpus %r: expected comma-separated GPU indices such as 0,1,2,3" % text)
 
 
-def make_plan(args: argparse.Namespace) -> Tuple[planner.ServingPlan, Dict[str, Any]]:
+def make_plan(args: argparse.Namespace) -> Tuple[contracts.ServingPlan, Dict[str, Any]]:
     host = host_facts_from_args(args)
     model = model_config.model_facts(args.model)
     vllm = _read_json(args.vllm_facts, "vLLM facts file") if args.vllm_facts else None
@@ -349,7 +349,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_OK
     except SystemExit as exc:  # argparse's --help
         return EXIT_OK if not exc.code else _fail("usage error", as_json)
-    except (UsageError, topology.TopologyError, model_config.ModelConfigError, planner.PlanInputError) as exc:
+    except (UsageError, topology.TopologyError, model_config.ModelConfigError, contracts.PlanInputError) as exc:
         return _fail(exc, as_json)
     except Exception as exc:  # a bug: still one readable line, never a traceback
         if os.environ.get("LLMOPS_VLLM_DEBUG"):

