@@ -398,9 +398,12 @@ def cgroup_pids(name: str) -> set[int]:
     """Every process of a host (nspawn and all it started), whatever happened to the launcher."""
     pids: set[int] = set()
     for top in host_cgroups(name):
-        for procs in top.rglob("cgroup.procs") if top.exists() else []:
-            with contextlib.suppress(OSError):
-                pids |= {int(p) for p in procs.read_text().split()}
+        # os.walk, not Path.rglob: a stopping host removes its cgroups while we walk them, and rglob
+        # raises for a directory that vanished between listing and entering it; os.walk skips it.
+        for directory, _subdirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError):
+                    pids |= {int(p) for p in Path(directory, "cgroup.procs").read_text().split()}
     return pids
 
 
@@ -408,11 +411,9 @@ def remove_cgroups(name: str) -> None:
     for top in host_cgroups(name):
         if not top.exists():
             continue
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for directory, _subdirs, _files in os.walk(top, topdown=False):  # deepest first, top last
             with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()
+                os.rmdir(directory)
 
 
 def unescape_mount(path: str) -> str:
