@@ -8,6 +8,10 @@ a real completion comes back (and a chat completion when the model has a chat te
 request with tools when a tool parser is configured). Each stage is timed. The HTTP client and
 the clock are injected so the stage logic is tested without a server; the module passes urllib.
 
+While it waits, the gate can describe itself after every attempt (progress_document, written 0600
+by write_progress): what it waits for, seconds, attempts, the last answer and the unit's state,
+with a one-line summary the serve role prints on each poll.
+
 Target side: Python standard library and Ansible's own module_utils (open_url) only.
 """
 
@@ -15,16 +19,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
+
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state
 
 # A tool any chat template can render; the random sandbox models will not call it, the gate only
 # checks that vLLM accepts a tools request (parser configured, template handles `tools`).
 # http(url, payload or None, api_key or None) -> (status, parsed JSON body or its text): http_json's shape.
 Http = Callable[[str, Optional[Dict[str, Any]], Optional[str]], Tuple[int, Any]]
+# report(phase, stage, attempts, elapsed seconds, last answer or error): wait_ready's progress hook.
+Report = Callable[[str, str, int, float, Optional[str]], None]
+
+PROGRESS_PHASES = ("waiting", "ready", "failed")
+PROGRESS_FILE_MODE = 0o600
+# The summary is one line of a play's output: the last answer is cut to this many characters.
+SUMMARY_LAST_CHARS = 200
 
 PROBE_TOOL: Dict[str, Any] = {
     "type": "function",
@@ -136,22 +150,86 @@ def check_chat(base: str, http: Http, api_key: Optional[str], served_model_name:
     return {"finish_reason": body["choices"][0].get("finish_reason")}
 
 
+def waiting_for(stage: str, served_model_name: str) -> str:
+    """What a stage waits for, in words."""
+    goals = {
+        "health": "/health to answer 200",
+        "models": "/v1/models to list %r" % served_model_name,
+        "completion": "a completion from /v1/completions",
+        "chat": "a chat completion from /v1/chat/completions",
+        "tools": "a chat completion with tools from /v1/chat/completions",
+    }
+    return goals[stage]
+
+
+def progress_summary(doc: Mapping[str, Any]) -> str:
+    """One line for a play's output, e.g. ``waiting for /health to answer 200 (stage 1 of 3): 21 s,
+    10 attempts, last: /health answered 503: loading; unit activating (start)``."""
+    last = re.sub(r"\s+", " ", str(doc.get("last") or "")).strip()
+    if len(last) > SUMMARY_LAST_CHARS:
+        last = last[:SUMMARY_LAST_CHARS - 3] + "..."
+    unit = "; unit %s" % doc["unit_state"] if doc.get("unit_state") else ""
+    attempts = "%d attempt%s" % (doc["attempts"], "" if doc["attempts"] == 1 else "s")
+    if doc["phase"] == "ready":
+        return "ready after %.1f s, %s: %s passed%s" % (doc["elapsed"], attempts, ", ".join(doc["stages"]), unit)
+    if doc["phase"] == "failed":
+        return "failed after %.0f s at stage %s, %s: %s%s" % (doc["elapsed"], doc["stage"], attempts, last, unit)
+    return "waiting for %s (stage %d of %d): %.0f s, %s%s%s" % (
+        doc["waiting_for"], doc["stages"].index(doc["stage"]) + 1, len(doc["stages"]), doc["elapsed"], attempts,
+        ", last: %s" % last if last else "", unit)
+
+
+def progress_document(phase: str, stage: str, stages: Sequence[str], served_model_name: str, elapsed: float,
+                      attempts: int, last: Optional[str], unit_state: Optional[str] = None,
+                      updated: Optional[float] = None) -> Dict[str, Any]:
+    """The progress file's content after an attempt: phase (waiting, ready, failed), the stage and what
+    it waits for (None once ready), seconds since the start, attempts so far, the last answer or
+    error, the unit's state when it is watched, the epoch time of the update and the summary line."""
+    if phase not in PROGRESS_PHASES:
+        raise ValueError("phase %r is not one of %s" % (phase, ", ".join(PROGRESS_PHASES)))
+    doc: Dict[str, Any] = {
+        "phase": phase, "stage": stage, "stages": list(stages),
+        "waiting_for": None if phase == "ready" else waiting_for(stage, served_model_name),
+        "elapsed": round(elapsed, 1), "attempts": attempts, "last": last,
+        "updated": round(time.time() if updated is None else updated, 3),
+    }
+    if unit_state is not None:
+        doc["unit_state"] = unit_state
+    doc["summary"] = progress_summary(doc)
+    return doc
+
+
+def write_progress(path: str, doc: Mapping[str, Any]) -> bool:
+    """Replace the progress file (0600, write-then-rename, so a poller never reads half a document).
+    Best effort: a full disk or a missing directory must not fail the gate itself; False then."""
+    try:
+        host_state.write_atomic(path, json.dumps(doc, sort_keys=True) + "\n", mode=PROGRESS_FILE_MODE)
+    except OSError:
+        return False
+    return True
+
+
 def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], http: Http,
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                timeout: float = 600.0, interval: float = 2.0, api_key: Optional[str] = None, prompt: str = "Hello",
-               max_tokens: int = 8, unit_alive: Optional[Callable[[], Any]] = None) -> Tuple[bool, Dict[str, Any]]:
+               max_tokens: int = 8, unit_alive: Optional[Callable[[], Any]] = None,
+               report: Optional[Report] = None) -> Tuple[bool, Dict[str, Any]]:
     """Run the stages in order, each retried until it passes or the overall timeout expires.
 
     ``stages`` is a list of names among health, models, completion, chat, tools. ``unit_alive`` (a
     callable) raises ServerGone when the systemd unit died or restarted, so a model that cannot
-    load fails in seconds instead of at the timeout. Returns (passed, result) where result carries
-    the seconds to each stage (from the start) and the last error when it did not pass.
+    load fails in seconds instead of at the timeout. ``report`` is called once before the first
+    attempt and after every attempt with (phase, stage, attempts, elapsed, last): phase waiting while
+    a stage waits (last: its error, or "<stage> passed" when the one before it just passed), then
+    ready or failed (last: the error). Returns (passed, result) where result carries the seconds to
+    each stage (from the start) and the last error when it did not pass.
     """
     base = base_url.rstrip("/")
     start = clock()
     timings: Dict[str, float] = {}
     details: Dict[str, Any] = {}
     last_error: Optional[str] = None
+    attempts = 0
     checks: Dict[str, Callable[[], Dict[str, Any]]] = {
         "health": lambda: check_health(base, http, api_key),
         "models": lambda: check_models(base, http, api_key, served_model_name),
@@ -159,8 +237,16 @@ def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], htt
         "chat": lambda: check_chat(base, http, api_key, served_model_name, prompt, max_tokens),
         "tools": lambda: check_chat(base, http, api_key, served_model_name, prompt, max_tokens, tools=True),
     }
-    for stage in stages:
+
+    def tell(phase: str, stage: str, last: Optional[str]) -> None:
+        if report is not None:
+            report(phase, stage, attempts, clock() - start, last)
+
+    if stages:
+        tell("waiting", stages[0], None)
+    for number, stage in enumerate(stages):
         while True:
+            attempts += 1
             try:
                 if unit_alive is not None:
                     unit_alive()
@@ -168,12 +254,18 @@ def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], htt
                 timings[stage] = round(clock() - start, 3)
                 break
             except ServerGone as exc:
+                tell("failed", stage, str(exc))
                 return False, {"timings": timings, "stage": stage, "error": str(exc), **details}
             except NotReady as exc:
                 last_error = str(exc)
                 if clock() - start >= timeout:
-                    return False, {"timings": timings, "stage": stage, "timed_out": True,
-                                   "error": "not ready after %.0f s at stage %s: %s" % (timeout, stage, last_error),
-                                   **details}
+                    error = "not ready after %.0f s at stage %s: %s" % (timeout, stage, last_error)
+                    tell("failed", stage, error)
+                    return False, {"timings": timings, "stage": stage, "timed_out": True, "error": error, **details}
+                tell("waiting", stage, last_error)
                 sleep(interval)
+        if number + 1 < len(stages):
+            tell("waiting", stages[number + 1], "%s passed" % stage)
+    if stages:
+        tell("ready", stages[-1], None)
     return True, {"timings": timings, "seconds": round(clock() - start, 3), **details}

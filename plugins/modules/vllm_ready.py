@@ -19,6 +19,8 @@ description:
   - When O(unit) is given, a unit that fails or restarts while waiting ends the wait at once (a
     model vLLM cannot load does not wait for the timeout), and a failure carries the unit's recent
     journal lines.
+  - With O(progress_file), it describes itself after every attempt, so a task that polls the file can
+    show what it waits for while the module runs with C(async) (the serve role prints one line per poll).
   - Read-only; never reports a change. Runs on the host that serves (it talks to O(url) from there).
 author:
   - llmops.vllm maintainers (@llmops)
@@ -75,9 +77,20 @@ options:
     description: Tokens to generate in each probe request.
     type: int
     default: 8
+  progress_file:
+    description:
+      - A JSON file the module rewrites (mode 0600, write-then-rename, so a reader never sees half of it)
+        once before the first attempt and after every attempt, and leaves behind; its directory must exist.
+      - 'Keys: C(phase) (V(waiting), then V(ready) or V(failed)), C(stage), C(stages), C(waiting_for)
+        (what the stage waits for, null once ready), C(elapsed) (seconds since the start), C(attempts),
+        C(last) (the last answer or error, e.g. C(/health answered 503: ...)), C(unit_state) (its
+        ActiveState and SubState, e.g. "activating (start)", when O(unit) is given), C(updated) (epoch seconds) and C(summary) (all
+        of it as one line).'
+      - A file that cannot be written is skipped silently; it never fails the gate.
+    type: path
 attributes:
   check_mode:
-    description: Can run in check mode; it only reads.
+    description: Can run in check mode; it only reads (O(progress_file), when given, is written in check mode too).
     support: full
   diff_mode:
     description: Will return details on what has changed in diff mode.
@@ -96,6 +109,17 @@ EXAMPLES = r'''
     tool_call_parser: minimax_m2
     timeout: 1800
   register: ready
+
+- name: Gate in the background and watch its progress file meanwhile (see roles/serve/tasks/gate.yml)
+  llmops.vllm.vllm_ready:
+    url: http://10.0.0.5:8000
+    served_model_name: minimax-m2.5
+    unit: vllm-minimax-m2-5.service
+    timeout: 1800
+    progress_file: /var/lib/llmops-vllm/minimax-m2-5.ready-progress.json
+  async: 1920
+  poll: 0
+  register: ready_job
 '''
 
 RETURN = r'''
@@ -159,7 +183,7 @@ timed_out:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.vllm.plugins.module_utils.readiness import (
-    ServerGone, has_chat_template, http_json, wait_ready)
+    ServerGone, has_chat_template, http_json, progress_document, wait_ready, write_progress)
 
 
 class UnitWatch(object):
@@ -168,7 +192,11 @@ class UnitWatch(object):
     def __init__(self, module, unit):
         self.module, self.unit = module, unit
         self.systemctl = module.get_bin_path('systemctl', required=True)
-        self.first = self.show()
+        self.first = self.last = self.show()
+
+    def state(self):
+        """The unit's state as of the last look, e.g. 'activating (start)'."""
+        return '%s (%s)' % (self.last.get('ActiveState'), self.last.get('SubState'))
 
     def show(self):
         rc, out, err = self.module.run_command(
@@ -178,7 +206,7 @@ class UnitWatch(object):
         return props
 
     def __call__(self):
-        now = self.show()
+        now = self.last = self.show()
         state = now.get('ActiveState')
         # A start queued with --no-block may still read "inactive": only a unit that has been
         # activating or active since the watch began and is inactive again has stopped.
@@ -217,6 +245,7 @@ def main():
             journal_lines=dict(type='int', default=40),
             prompt=dict(type='str', default='Hello'),
             max_tokens=dict(type='int', default=8, no_log=False),
+            progress_file=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -232,9 +261,15 @@ def main():
     def http(url, payload, api_key):
         return http_json(url, payload, api_key, timeout=max(30.0, p['interval']))
 
+    def report(phase, stage, attempts, elapsed, last):
+        write_progress(p['progress_file'], progress_document(
+            phase, stage, stages, p['served_model_name'], elapsed, attempts, last,
+            unit_state=watch.state() if watch else None))
+
     passed, result = wait_ready(p['url'], p['served_model_name'], stages, http, timeout=p['timeout'],
                                 interval=p['interval'], api_key=p['api_key'], prompt=p['prompt'],
-                                max_tokens=p['max_tokens'], unit_alive=watch)
+                                max_tokens=p['max_tokens'], unit_alive=watch,
+                                report=report if p['progress_file'] else None)
     result['stages'] = stages
     if passed:
         module.exit_json(changed=False, **result)

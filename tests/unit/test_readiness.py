@@ -129,3 +129,131 @@ def test_http_json_against_a_real_socket():
         httpd.shutdown()
     with pytest.raises(readiness.NotReady):
         readiness.http_json("http://127.0.0.1:%d/health" % httpd.server_port, timeout=1)
+
+
+# ----------------------------------------------------------------------------- progress
+
+def test_report_follows_every_attempt_until_ready():
+    clock = Clock()
+    http = server({"/health": loading_until(6, lambda now: (200, "")),
+                   "/v1/models": lambda now: (200, {"data": [{"id": "tiny"}]})}, clock)
+    reports = []
+    passed, _ignored = readiness.wait_ready("http://h:8000", "tiny", ["health", "models"], http, clock=clock,
+                                            sleep=clock.sleep, timeout=60, interval=2,
+                                            report=lambda *args: reports.append(args))
+    assert passed
+    assert reports == [
+        ("waiting", "health", 0, 0.0, None),
+        ("waiting", "health", 1, 0.0, "connection refused"),
+        ("waiting", "health", 2, 2.0, "connection refused"),
+        ("waiting", "health", 3, 4.0, "connection refused"),
+        ("waiting", "models", 4, 6.0, "health passed"),
+        ("ready", "models", 5, 6.0, None),
+    ]
+
+
+def test_report_says_failed_with_the_error_at_the_timeout_and_when_the_unit_dies():
+    clock = Clock()
+    http = server({"/health": lambda now: (503, {"error": "loading"})}, clock)
+    reports = []
+    passed, result = readiness.wait_ready("http://h:8000", "tiny", ["health"], http, clock=clock, sleep=clock.sleep,
+                                          timeout=4, interval=2, report=lambda *args: reports.append(args))
+    assert not passed
+    assert reports[-2] == ("waiting", "health", 2, 2.0, "/health answered 503: loading")
+    assert reports[-1] == ("failed", "health", 3, 4.0, result["error"])
+    assert result["error"] == "not ready after 4 s at stage health: /health answered 503: loading"
+
+    def unit_alive():
+        raise readiness.ServerGone("unit vllm-x.service restarted (1 restarts) while loading: the server exited")
+    reports = []
+    readiness.wait_ready("http://h:8000", "tiny", ["health"], http, clock=clock, sleep=clock.sleep, timeout=60,
+                         unit_alive=unit_alive, report=lambda *args: reports.append(args))
+    assert [r[:3] for r in reports] == [("waiting", "health", 0), ("failed", "health", 1)]
+    assert "the server exited" in reports[-1][4]
+
+
+def test_progress_document_while_waiting():
+    doc = readiness.progress_document("waiting", "models", ["health", "models", "completion"], "tiny", 21.04, 11,
+                                      "/v1/models lists ['other'], not 'tiny'", unit_state="active (running)",
+                                      updated=1796036623.3719)
+    assert doc == {
+        "phase": "waiting", "stage": "models", "stages": ["health", "models", "completion"],
+        "waiting_for": "/v1/models to list 'tiny'", "elapsed": 21.0, "attempts": 11,
+        "last": "/v1/models lists ['other'], not 'tiny'", "unit_state": "active (running)", "updated": 1796036623.372,
+        "summary": "waiting for /v1/models to list 'tiny' (stage 2 of 3): 21 s, 11 attempts, "
+                   "last: /v1/models lists ['other'], not 'tiny'; unit active (running)",
+    }
+
+
+def test_progress_summary_before_the_first_attempt_without_a_unit():
+    doc = readiness.progress_document("waiting", "health", ["health", "models"], "tiny", 0.0, 0, None, updated=1.0)
+    assert "unit_state" not in doc
+    assert doc["summary"] == "waiting for /health to answer 200 (stage 1 of 2): 0 s, 0 attempts"
+
+
+def test_progress_summary_when_ready_and_when_failed():
+    ready = readiness.progress_document("ready", "chat", ["health", "models", "completion", "chat"], "tiny", 24.93, 1,
+                                        None, updated=1.0)
+    assert ready["waiting_for"] is None
+    assert ready["summary"] == "ready after 24.9 s, 1 attempt: health, models, completion, chat passed"
+    failed = readiness.progress_document(
+        "failed", "health", ["health"], "tiny", 70.2, 9, "unit vllm-x.service: the server exited while loading (status 1)",
+        unit_state="activating (start-post)", updated=1.0)
+    assert failed["waiting_for"] == "/health to answer 200"
+    assert failed["summary"] == ("failed after 70 s at stage health, 9 attempts: unit vllm-x.service: the server exited"
+                                 " while loading (status 1); unit activating (start-post)")
+
+
+def test_progress_summary_stays_one_short_line():
+    last = "/v1/completions answered 500: Traceback\n  File x\n" + "y" * 400
+    doc = readiness.progress_document("waiting", "completion", ["health", "models", "completion"], "tiny", 30, 4, last,
+                                      updated=1.0)
+    assert doc["last"] == last
+    assert "\n" not in doc["summary"]
+    assert "last: /v1/completions answered 500: Traceback File x yyy" in doc["summary"]
+    assert doc["summary"].endswith("y...") and len(doc["summary"].split("last: ", 1)[1]) == readiness.SUMMARY_LAST_CHARS
+
+
+def test_progress_document_refuses_an_unknown_phase():
+    with pytest.raises(ValueError, match="'done' is not one of waiting, ready, failed"):
+        readiness.progress_document("done", "health", ["health"], "tiny", 1, 1, None)
+
+
+def test_write_progress_replaces_the_file_0600(tmp_path):
+    import json
+    import stat
+
+    path = tmp_path / "x.ready-progress.json"
+    first = readiness.progress_document("waiting", "health", ["health"], "tiny", 0, 0, None, updated=1.0)
+    assert readiness.write_progress(str(path), first) is True
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text()) == first
+    second = readiness.progress_document("ready", "health", ["health"], "tiny", 3, 2, None, updated=4.0)
+    assert readiness.write_progress(str(path), second) is True
+    assert json.loads(path.read_text())["summary"] == "ready after 3.0 s, 2 attempts: health passed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.ready-progress.json"]
+    assert readiness.write_progress(str(tmp_path / "missing" / "x.json"), second) is False
+
+
+def test_a_poller_reads_one_whole_document_per_attempt(tmp_path):
+    """wait_ready -> progress_document -> write_progress, as vllm_ready chains them: the file read back
+    after each report holds that attempt's document, the last one ready."""
+    import json
+
+    clock = Clock()
+    http = server({"/health": loading_until(4, lambda now: (200, ""))}, clock)
+    path = str(tmp_path / "p.json")
+    seen = []
+
+    def report(phase, stage, attempts, elapsed, last):
+        readiness.write_progress(path, readiness.progress_document(phase, stage, ["health"], "tiny", elapsed, attempts,
+                                                                   last, updated=clock.now))
+        seen.append(json.loads(open(path).read())["summary"])
+    readiness.wait_ready("http://h:8000", "tiny", ["health"], http, clock=clock, sleep=clock.sleep, timeout=60,
+                         interval=2, report=report)
+    assert seen == [
+        "waiting for /health to answer 200 (stage 1 of 1): 0 s, 0 attempts",
+        "waiting for /health to answer 200 (stage 1 of 1): 0 s, 1 attempt, last: connection refused",
+        "waiting for /health to answer 200 (stage 1 of 1): 2 s, 2 attempts, last: connection refused",
+        "ready after 4.0 s, 3 attempts: health passed",
+    ]
