@@ -195,8 +195,10 @@ class UnitWatch(object):
         self.first = self.last = self.show()
 
     def state(self):
-        """The unit's state as of the last look, e.g. 'activating (start)'."""
-        return '%s (%s)' % (self.last.get('ActiveState'), self.last.get('SubState'))
+        """The unit's state as of the last look, e.g. 'activating (start)'; None when systemctl said nothing."""
+        if not self.last.get('ActiveState'):
+            return None
+        return '%s (%s)' % (self.last['ActiveState'], self.last.get('SubState'))
 
     def show(self):
         rc, out, err = self.module.run_command(
