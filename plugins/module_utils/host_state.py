@@ -12,7 +12,7 @@ Schema 1 of /var/lib/llmops-vllm/state.json::
      "lock":     null | {"holder": str, "controller": str, "started": iso8601, "lease_s": int}}
 
 An entry: name, unit (vllm-<name>.service), repo_id, revision, commit, path, served_model_name, bind,
-port, since (ISO 8601) and plan (PLAN_KEYS).
+port, since (ISO 8601) and plan (PLAN_KEYS); optionally venv, fingerprint and unit_sha256 (ENTRY_OPTIONAL).
 
 The rollout's first format (call it schema 0, although its files say ``"schema": 1``) had one
 ``current`` entry (or null), one ``previous`` entry (or null) and the history; migrate() turns it
@@ -48,7 +48,11 @@ NAME_RE = re.compile(r'^[a-z0-9][a-z0-9-]{0,62}$')
 ENTRY_KEYS = {
     'name': 'name', 'unit': 'str', 'repo_id': 'str', 'revision': 'str', 'commit': 'str', 'path': 'str',
     'served_model_name': 'str', 'bind': 'str', 'port': 'port', 'since': 'time', 'plan': 'plan',
+    'venv': 'str', 'fingerprint': 'str', 'unit_sha256': 'str',
 }
+# Added after the first schema-1 files: the vLLM venv the unit runs, the rollout's fingerprint of its
+# inputs and the sha256 of the unit file it wrote (a no-op rollout compares them, no re-planning).
+ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha256')
 PLAN_KEYS = {
     'device': 'str', 'tensor_parallel_size': 'size', 'data_parallel_size': 'size', 'enable_expert_parallel': 'bool',
     'gpu_indices': 'indices', 'numa_node': 'int_or_null', 'max_model_len': 'size', 'layout': 'str_or_null',
@@ -233,7 +237,7 @@ def entry_problems(entry: Any, where: str = 'entry', history: bool = False) -> L
     spec = dict(ENTRY_KEYS)
     if history:
         del spec['plan']
-    problems = _keys_problems(where, entry, spec)
+    problems = _keys_problems(where, entry, spec, ENTRY_OPTIONAL)
     name = entry.get('name')
     if isinstance(name, str) and 'unit' in entry and entry['unit'] != unit_name(name):
         problems.append('%s.unit: expected %s (vllm-<name>.service), got %r' % (where, unit_name(name), entry['unit']))

