@@ -8,9 +8,45 @@ use the same functions)."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import functools
+import hashlib
+import json
+import os
 from typing import Any, Callable, Dict, Optional
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+
+# The collection's own code, part of every fingerprint: a new release (or a local edit) re-runs the
+# full rollout once, which records the new fingerprint.
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CODE_DIRS = ("roles", "plugins", "playbooks")
+# Every file there counts (the helper scripts a host gets have no suffix), except bytecode and prose.
+SKIPPED_SUFFIXES = (".pyc", ".pyo", ".md")
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest(root: str = COLLECTION_ROOT) -> str:
+    """sha256 over the paths and contents of the collection's roles, plugins and playbooks."""
+    digest = hashlib.sha256()
+    for top in CODE_DIRS:
+        for directory, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if not name.endswith(SKIPPED_SUFFIXES):
+                    path = os.path.join(directory, name)
+                    digest.update(os.path.relpath(path, root).encode("utf-8") + b"\0")
+                    with open(path, "rb") as handle:
+                        digest.update(handle.read() + b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint(inputs: Any) -> str:
+    """sha256 of everything that decides what a rollout leaves on a host: `inputs` (the desired model and
+    the variables of the roles, as canonical JSON) and the collection's code. The state records it; the
+    next rollout with the same fingerprint may stop after cheap probes (vllm_state action=verify)."""
+    document = json.dumps({"inputs": inputs, "code": code_digest()}, sort_keys=True, separators=(",", ":"),
+                          default=str)
+    return hashlib.sha256(document.encode("utf-8")).hexdigest()
 
 
 def plan_record(plan: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -29,4 +65,5 @@ class FilterModule(object):
             "connect_host": host_state.connect_host,
             "connect_url": host_state.connect_url,
             "plan_record": plan_record,
+            "fingerprint": fingerprint,
         }

@@ -12,7 +12,7 @@ Schema 1 of /var/lib/llmops-vllm/state.json::
      "lock":     null | {"holder": str, "controller": str, "started": iso8601, "lease_s": int}}
 
 An entry: name, unit (vllm-<name>.service), repo_id, revision, commit, path, served_model_name, bind,
-port, since (ISO 8601) and plan (PLAN_KEYS); optionally venv, fingerprint and unit_sha256 (ENTRY_OPTIONAL).
+port, since (ISO 8601) and plan (PLAN_KEYS); optionally venv, fingerprint and unit_sha1 (ENTRY_OPTIONAL).
 
 The rollout's first format (call it schema 0, although its files say ``"schema": 1``) had one
 ``current`` entry (or null), one ``previous`` entry (or null) and the history; migrate() turns it
@@ -48,11 +48,11 @@ NAME_RE = re.compile(r'^[a-z0-9][a-z0-9-]{0,62}$')
 ENTRY_KEYS = {
     'name': 'name', 'unit': 'str', 'repo_id': 'str', 'revision': 'str', 'commit': 'str', 'path': 'str',
     'served_model_name': 'str', 'bind': 'str', 'port': 'port', 'since': 'time', 'plan': 'plan',
-    'venv': 'str', 'fingerprint': 'str', 'unit_sha256': 'str',
+    'venv': 'str', 'fingerprint': 'str', 'unit_sha1': 'str',
 }
 # Added after the first schema-1 files: the vLLM venv the unit runs, the rollout's fingerprint of its
-# inputs and the sha256 of the unit file it wrote (a no-op rollout compares them, no re-planning).
-ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha256')
+# inputs and the sha1 of the unit file it wrote (a no-op rollout compares them, no re-planning).
+ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha1')
 PLAN_KEYS = {
     'device': 'str', 'tensor_parallel_size': 'size', 'data_parallel_size': 'size', 'enable_expert_parallel': 'bool',
     'gpu_indices': 'indices', 'numa_node': 'int_or_null', 'max_model_len': 'size', 'layout': 'str_or_null',
@@ -433,6 +433,57 @@ def current(state: State) -> Optional[Entry]:
         raise StateError('the host serves %d models (%s); name the one you mean'
                          % (len(served), ', '.join(entry['name'] for entry in served)))
     return served[0] if served else None
+
+
+def file_sha1(path: str) -> Optional[str]:
+    """The sha1 of a file (what Ansible's copy and template report as checksum), None when unreadable."""
+    import hashlib
+    digest = hashlib.sha1()  # noqa: S324 - compared with Ansible's checksum, not a security boundary
+    try:
+        with open(path, 'rb') as handle:
+            for chunk in iter(lambda: handle.read(1 << 16), b''):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str = DEFAULT_UNIT_DIR,
+                       unit_active: Optional[Callable[[str], bool]] = None,
+                       commit_now: Optional[Callable[[Entry], str]] = None) -> Optional[str]:
+    """Why the host is not provably serving what a rollout with `fingerprint` would make of `name`
+    (None: it is - the rollout may stop here). Cheap probes first, nothing re-hashed but the unit file:
+    the recorded entry and its fingerprint, the only model served, the unit file's sha1, its venv and
+    model directory, the unit active, and a branch or tag still naming the recorded commit
+    (`commit_now`, one hub request, asked last)."""
+    entry = state['models'].get(name)
+    if entry is None:
+        return 'the host does not serve %s' % name
+    others = sorted(set(state['models']) - {name})
+    if others:
+        return 'the host also serves %s' % ', '.join(others)
+    if not entry.get('fingerprint'):
+        return 'its record has no fingerprint (recorded by an older release)'
+    if entry['fingerprint'] != fingerprint:
+        return 'the desired state, the variables or the collection changed since it was recorded'
+    unit_file = unit_path(name, unit_dir)
+    if not entry.get('unit_sha1') or entry['unit_sha1'] != file_sha1(unit_file):
+        return '%s is not the unit file the rollout wrote' % unit_file
+    if not entry.get('venv') or not os.path.isfile(os.path.join(entry['venv'], 'bin', 'vllm')):
+        return 'its vLLM venv %s is missing' % entry.get('venv')
+    if not os.path.isdir(entry['path']):
+        return 'its model directory %s is missing' % entry['path']
+    if unit_active is not None and not unit_active(entry['unit']):
+        return '%s is not active' % entry['unit']
+    if commit_now is not None:
+        try:
+            commit = commit_now(entry)
+        except Exception as exc:  # noqa: BLE001 - any failure means: let the full rollout decide
+            return 'cannot tell what %s@%s names now (%s)' % (entry['repo_id'], entry['revision'], exc)
+        if commit != entry['commit']:
+            return '%s@%s now names %s, not the served %s' % (entry['repo_id'], entry['revision'], commit[:12],
+                                                            entry['commit'][:12])
+    return None
 
 
 def serialize(state: State) -> str:

@@ -210,6 +210,46 @@ def resolve_endpoint(endpoint: Optional[str], environ: Optional[Mapping[str, str
     return (endpoint or environ.get("HF_ENDPOINT") or PUBLIC_ENDPOINT).rstrip("/")
 
 
+def resolve_commit_http(endpoint: Optional[str], repo_id: str, revision: str, token: Optional[str] = None,
+                        timeout: float = 10.0) -> str:
+    """The commit a branch or tag names now, with one plain HTTP request (no huggingface_hub import).
+
+    GET {endpoint}/api/models/{repo_id}/revision/{revision} (the request huggingface_hub's model_info
+    makes); the token travels in the Authorization header only. HubError names what failed.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+    if is_commit(revision):
+        return revision
+    import base64
+    import http.client
+    parts = urllib.parse.urlsplit(resolve_endpoint(endpoint))
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    netloc = parts.netloc
+    if "@" in netloc:  # user:password@host - sent as basic auth (unless a token is given), never in the URL
+        userinfo, netloc = netloc.rsplit("@", 1)
+        if not token:
+            headers["Authorization"] = "Basic " + base64.b64encode(
+                urllib.parse.unquote(userinfo).encode("utf-8")).decode("ascii")
+    base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
+    url = "%s/api/models/%s/revision/%s" % (base, validate_repo_id(repo_id), urllib.parse.quote(revision, safe=""))
+    shown = "%s/api/models/%s/revision/%s" % (base, repo_id, revision)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:  # noqa: S310
+            document = json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        raise HubError("%s answered %d" % (shown, exc.code))
+    except http.client.InvalidURL:
+        raise HubError("%s is not a valid URL" % shown)
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        raise HubError("%s: %s" % (shown, getattr(exc, "reason", exc)))
+    sha = document.get("sha") if isinstance(document, dict) else None
+    if not is_commit(sha):
+        raise HubError("%s gave no commit sha" % shown)
+    return cast(str, sha)
+
+
 def filter_paths(paths: Iterable[str], allow_patterns: Optional[Sequence[str]] = None,
                  ignore_patterns: Optional[Sequence[str]] = None) -> List[str]:
     """The paths huggingface_hub's snapshot_download would fetch for these patterns (fnmatch on the

@@ -351,7 +351,10 @@ class Installer:
 
     def install_argv(self, args: Sequence[str]) -> List[str]:
         if self.installer == "uv":
-            return [self.uv(), "pip", "install", "--python", self.venv_python, "--no-cache"] + self.source_args("uv") + list(args)
+            # --compile-bytecode, as pip does: the service user cannot write __pycache__ into the root-owned
+            # venv, so without it every vLLM process compiles its imports again at every start.
+            return ([self.uv(), "pip", "install", "--python", self.venv_python, "--no-cache", "--compile-bytecode"]
+                    + self.source_args("uv") + list(args))
         self.ensure_pip()
         return self.pip("install", "--no-cache-dir", *self.source_args("pip")) + list(args)
 

@@ -38,8 +38,13 @@ options:
         history. Recording what is already served (every key but C(since) equal) changes nothing.
       - V(retire) records that the host no longer serves O(name); its entry moves to C(previous).
         Retiring a model the host does not serve changes nothing.
+      - V(verify) answers whether the host provably serves O(name) as a rollout with O(fingerprint) would leave
+        it (RV(up_to_date), else RV(why)), with cheap probes only - the recorded entry and its fingerprint, the
+        only model served, the unit file's sha1, its venv and model directory, the unit active, and, for a branch
+        or tag, one request to O(hub_endpoint) for the commit it names now. Nothing is re-hashed or re-planned;
+        a rollout uses it to stop early. Read-only.
     type: str
-    choices: [read, record, retire]
+    choices: [read, record, retire, verify]
     default: read
   state_dir:
     description: Directory of the state file C(state.json). Created (mode C(0755)) when a write needs it.
@@ -65,7 +70,20 @@ options:
         Its entry moves from C(models) to C(previous). A name the host no longer serves changes nothing.
     type: str
   name:
-    description: With O(action=retire), the model the host no longer serves.
+    description: With O(action=retire), the model the host no longer serves; with O(action=verify), the model to check.
+    type: str
+  fingerprint:
+    description: With O(action=verify), the fingerprint the rollout computed (the filter C(llmops.vllm.fingerprint)).
+    type: str
+  unit_dir:
+    description: With O(action=verify), where the unit files are.
+    type: path
+    default: /etc/systemd/system
+  hub_endpoint:
+    description: With O(action=verify), the hub that resolves a branch or tag (default C(HF_ENDPOINT), else the public hub).
+    type: str
+  hub_token:
+    description: With O(action=verify), the hub token for a private repository (sent in a header, never logged).
     type: str
 attributes:
   check_mode:
@@ -202,10 +220,20 @@ models:
       description: The rollout's fingerprint of everything that decided this entry (a rerun with the same one may stop early).
       type: str
       sample: 9f2c...
-    unit_sha256:
-      description: The sha256 of the unit file the rollout wrote (a changed unit file is noticed without re-planning).
+    unit_sha1:
+      description: The sha1 of the unit file the rollout wrote (a changed unit file is noticed without re-planning).
       type: str
       sample: 3b1d...
+up_to_date:
+  description: With O(action=verify), whether the host provably serves O(name) as the rollout would leave it.
+  returned: O(action=verify)
+  type: bool
+  sample: true
+why:
+  description: With O(action=verify), why it is not up to date (empty when it is).
+  returned: O(action=verify)
+  type: str
+  sample: the desired state, the variables or the collection changed since it was recorded
 current:
   description: The one entry served, or null when the host serves none or several (see RV(models)).
   returned: success
@@ -251,10 +279,18 @@ problems:
 import errno
 import fcntl
 import os
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state, hub
+
+
+def unit_active(unit):
+    try:
+        return subprocess.run(['systemctl', 'is-active', '--quiet', unit], check=False, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 class StateFile(object):
@@ -276,7 +312,7 @@ class StateFile(object):
 
     def run(self, action, params):
         result = dict(state_file=self.path, changed=False)
-        dir_fd = self.lock() if action != 'read' else None
+        dir_fd = self.lock() if action not in ('read', 'verify') else None
         try:
             before, migrated, before_text = host_state.read(self.path)
             after = before
@@ -284,7 +320,7 @@ class StateFile(object):
                 after = host_state.record(before, params['entry'], replaces=params['replaces'])
             elif action == 'retire':
                 after = host_state.retire(before, params['name'])
-            if action != 'read':
+            if action not in ('read', 'verify'):
                 after_text = host_state.serialize(after)
                 result['changed'] = after_text != before_text
                 if result['changed'] and not self.module.check_mode:
@@ -298,26 +334,38 @@ class StateFile(object):
         served = host_state.models(after)
         # Several models: no single `current` (host_state.current() would refuse); `models` has them all.
         result.update(state=after, models=served, current=served[0] if len(served) == 1 else None, migrated=migrated)
+        if action == 'verify':
+            why = host_state.up_to_date_problem(
+                after, params['name'], params['fingerprint'], params['unit_dir'], unit_active=unit_active,
+                commit_now=lambda entry: hub.resolve_commit_http(params['hub_endpoint'] or None, entry['repo_id'],
+                                                                 entry['revision'], params['hub_token'] or None))
+            result.update(up_to_date=why is None, why=why or '')
         return result
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type='str', choices=['read', 'record', 'retire'], default='read'),
+            action=dict(type='str', choices=['read', 'record', 'retire', 'verify'], default='read'),
             state_dir=dict(type='path', default=host_state.DEFAULT_STATE_DIR),
             path=dict(type='path'),
             entry=dict(type='dict'),
             replaces=dict(type='str'),
             name=dict(type='str'),
+            fingerprint=dict(type='str'),
+            unit_dir=dict(type='path', default=host_state.DEFAULT_UNIT_DIR),
+            hub_endpoint=dict(type='str'),
+            hub_token=dict(type='str', no_log=True),
         ),
-        required_if=[('action', 'record', ['entry']), ('action', 'retire', ['name'])],
+        required_if=[('action', 'record', ['entry']), ('action', 'retire', ['name']),
+                     ('action', 'verify', ['name', 'fingerprint'])],
         supports_check_mode=True,
     )
     p = module.params
     path = p['path'] or host_state.state_path(p['state_dir'])
     misplaced = ['%s only goes with action=%s' % (option, action)
-                 for option, action in (('entry', 'record'), ('replaces', 'record'), ('name', 'retire'))
+                 for option, action in (('entry', 'record'), ('replaces', 'record'), ('fingerprint', 'verify'),
+                                        ('hub_endpoint', 'verify'), ('hub_token', 'verify'))
                  if p[option] is not None and p['action'] != action]
     if misplaced:
         module.fail_json(msg='%s (action is %s)' % ('; '.join(misplaced), p['action']), state_file=path)

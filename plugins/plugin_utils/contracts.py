@@ -515,7 +515,7 @@ class StateEntry(_Result):
     plan: Dict[str, Any]
     venv: Optional[str] = None
     fingerprint: Optional[str] = None
-    unit_sha256: Optional[str] = None
+    unit_sha1: Optional[str] = None
 
 
 class HostStateDocument(_Result):
@@ -541,6 +541,8 @@ class VllmStateResult(_Result):
     current: Optional[Dict[str, Any]] = None
     migrated: bool = False
     state_file: str
+    up_to_date: Optional[bool] = None
+    why: Optional[str] = None
     diff: Optional[TextDiff] = None
     problems: Optional[List[str]] = None
 

