@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The TEST command's body (make test): every runner, one summary line, the sandbox always torn down.
-#   1. pytest: unit tests, module tests through ansible-playbook, sandbox integration tests
-#   2. static checks: ansible-lint, mypy, ruff and ansible-test sanity
-#   3. each molecule scenario on the sandbox's real systemd hosts (kept up between scenarios)
+#   1. static checks: ansible-lint, mypy, ruff and ansible-test sanity
+#   2. each molecule scenario on the sandbox's real systemd hosts (kept up between scenarios)
+#   3. pytest: unit tests, module tests through ansible-playbook, sandbox integration tests (on the
+#      hosts the scenarios leave up)
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints `N passed, N failed`.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -11,9 +12,6 @@ JUNIT=out/junit
 rm -rf "$JUNIT" && mkdir -p "$JUNIT"
 status=0
 trap 'sandbox/down >/dev/null 2>&1 || true' EXIT
-
-echo "== pytest"
-pytest --junitxml="$JUNIT/pytest.xml" "$@" || status=$?
 
 # run_case SUITE NAME COMMAND...: run one command as one JUnit test case of SUITE (out/junit/SUITE.xml).
 declare -A cases=() counts=() failures=()
@@ -43,13 +41,25 @@ run_case static ruff ruff check
 run_case static ansible-test-sanity make --no-print-directory sanity
 write_suite static
 
-for config in molecule/*/molecule.yml; do
-  [ -e "$config" ] || continue
-  scenario=$(basename "$(dirname "$config")")
+# In this order, each starting from what the one before leaves (a host that already serves what a
+# prepare wants stops at the rollout's fast path): default leaves B on both hosts; rollback puts A on
+# the older vLLM on llmops-1 and fails twice back to it; upgrade lifts A to the newer vLLM; preflight
+# refuses six bad rollouts while A serves. Every scenario also runs on its own (its prepare gets there).
+SCENARIOS="default rollback upgrade preflight"
+for scenario in $SCENARIOS; do
   run_case molecule-scenarios "$scenario" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$scenario"
+done
+for config in molecule/*/molecule.yml; do
+  scenario=$(basename "$(dirname "$config")")
+  [[ " $SCENARIOS resources " == *" $scenario "* ]] || { echo "molecule/$scenario is not in SCENARIOS" >&2; status=1; }
 done
 write_suite molecule-scenarios
 [ "${counts[molecule-scenarios]:-0}" -gt 0 ] || { echo "no molecule scenarios found" >&2; status=1; }
+
+# Last, with the sandbox the scenarios leave up: the live tests reuse its hosts and served models
+# (tests/integration/test_benchmark_live.py sweeps llmops-1, test_vllm_install_live.py checks llmops-2).
+echo "== pytest"
+pytest --junitxml="$JUNIT/pytest.xml" "$@" || status=$?
 
 python3 tools/test_summary.py "$JUNIT" || { [ "$status" -ne 0 ] || status=1; }
 exit "$status"

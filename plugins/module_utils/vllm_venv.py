@@ -271,11 +271,17 @@ class Installer:
 
     def __init__(self, path: str, python: str, installer: str = "pip", wheel_dir: Optional[str] = None,
                  lock: Optional[str] = None, extra_index_url: Optional[str] = None,
-                 timeout: float = INSTALL_TIMEOUT) -> None:
+                 timeout: float = INSTALL_TIMEOUT, progress_file: Optional[str] = None) -> None:
         self.path, self.python, self.installer = path, python, installer
         self.wheel_dir, self.lock, self.extra_index_url, self.timeout = wheel_dir, lock, extra_index_url, timeout
         self.home = tempfile.mkdtemp(prefix="llmops-vllm-venv-")
         self.steps: List[Dict[str, Any]] = []
+        self.progress_file, self.started = progress_file, time.monotonic()
+
+    def progress(self, phase: str, step: str = "") -> None:
+        """Rewrite the progress file (0600): the step running, seconds so far, the steps done."""
+        if self.progress_file:
+            write_progress(self.progress_file, phase, step, time.monotonic() - self.started, self.steps, self.path)
 
     def close(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
@@ -295,6 +301,7 @@ class Installer:
 
     def run(self, what: str, argv: Sequence[str]) -> str:
         started = time.monotonic()
+        self.progress("running", what)
         try:
             proc = subprocess.run(list(argv), capture_output=True, text=True, env=self.env(), timeout=self.timeout,
                                   check=False)
@@ -374,6 +381,30 @@ class Installer:
         else:
             argv = self.pip("uninstall", "--yes", *names)
         self.run("uninstall %s" % ", ".join(names), argv)
+
+
+def progress_document(phase: str, step: str, elapsed: float, steps: Sequence[Mapping[str, Any]],
+                      path: str) -> Dict[str, Any]:
+    """What the progress file holds, with a one-line summary a poll prints."""
+    done = ", ".join("%s %.0f s" % (item["step"], item["seconds"]) for item in steps)
+    if phase == "running":
+        summary = "%s: %s (%.0f s in all)" % (path, step, elapsed)
+    else:
+        summary = "%s: %s after %.0f s" % (path, phase, elapsed)
+    if done:
+        summary += "; done: " + done
+    return {"phase": phase, "step": step, "elapsed": round(elapsed, 1), "steps": list(steps), "summary": summary,
+            "updated": time.time()}
+
+
+def write_progress(progress_file: str, phase: str, step: str, elapsed: float, steps: Sequence[Mapping[str, Any]],
+                   path: str) -> None:
+    """Rewrite the progress file (0600); progress is a courtesy, never the reason an install fails."""
+    try:
+        write_file(progress_file, json.dumps(progress_document(phase, step, elapsed, steps, path), sort_keys=True) + "\n",
+                   0o600)
+    except OSError:
+        pass
 
 
 def installed_names(path: str, names: Sequence[str]) -> List[str]:

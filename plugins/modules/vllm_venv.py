@@ -116,6 +116,12 @@ options:
   cli_user:
     description: The user O(verify_cli) runs as (the service user, to prove it can read the venv); default the module's.
     type: str
+  progress_file:
+    description:
+      - A file (mode 0600) rewritten at every step of an install with the step running, the seconds so far and the
+        steps done (C(phase), C(step), C(elapsed), C(steps), C(summary), C(updated)); for a caller that runs the
+        module in the background and prints a line per poll (the vllm_install role does).
+    type: path
   keep:
     description: With O(state=pruned), how many managed venvs to keep beside O(path), O(path) included.
     type: int
@@ -302,7 +308,7 @@ from ansible_collections.llmops.vllm.plugins.module_utils.vllm_install import AL
 from ansible_collections.llmops.vllm.plugins.module_utils.vllm_venv import (
     MARKER_FILE, REQUIREMENT_FILE, InstallError, Installer, allow_list_text, check_path, cli_version, decide,
     drift_summary, holds_other_things, inspect, installed_names, launcher_text, parse_version, prune_candidates,
-    read_marker, remove_venv, source_problems, unit_venvs, used_by, version_matches, write_file)
+    read_marker, remove_venv, source_problems, unit_venvs, used_by, version_matches, write_file, write_progress)
 
 
 def _files(params, path):
@@ -379,7 +385,17 @@ def present(module, result):
         return maybe_verify(module, result, changed=False)
 
     installer = Installer(path, params['python'], params['installer'], params['wheel_dir'],
-                          params['requirements_lock'], params['extra_index_url'])
+                          params['requirements_lock'], params['extra_index_url'], progress_file=params['progress_file'])
+    try:
+        return _install(module, result, installer, before, action, marker, marker_wanted, requirement)
+    finally:
+        # Also when fail_json exits: the caller's progress loop ends on it.
+        installer.progress('finished')
+        installer.close()
+
+
+def _install(module, result, installer, before, action, marker, marker_wanted, requirement):
+    params, path, package, version = module.params, module.params['path'], module.params['package'], module.params['version']
     try:
         if action == 'rebuild':
             remove_venv(path)
@@ -409,8 +425,7 @@ def present(module, result):
             remove_venv(path)
             message += ' The half-made venv %s was removed.' % path
         module.fail_json(msg='vllm_venv: %s' % message, **result)
-    finally:
-        installer.close()
+    installer.progress('running', 'check the installed files and the CLI')
     result['steps'] = installer.steps
     result['changed'] = True
 
@@ -502,6 +517,7 @@ def main():
             on_drift=dict(type='str', default='warn', choices=['warn', 'fail', 'reinstall']),
             verify_cli=dict(type='str', default='changed', choices=['always', 'changed', 'never']),
             cli_user=dict(type='str'),
+            progress_file=dict(type='path'),
             keep=dict(type='int', default=2),
             protect=dict(type='list', elements='path', default=[]),
             protect_units=dict(type='list', elements='str', default=['/etc/systemd/system/vllm-*.service']),
@@ -517,7 +533,13 @@ def main():
     if problem:
         module.fail_json(msg='vllm_venv: ' + problem, **result)
     handler = {'present': present, 'absent': absent, 'pruned': pruned}[module.params['state']]
-    handler(module, result)
+    try:
+        handler(module, result)
+    finally:
+        # Whatever happened (fail_json exits through here): a caller polling the file stops polling.
+        if module.params['progress_file']:
+            write_progress(module.params['progress_file'], 'finished', '', time.monotonic() - started,
+                           result.get('steps') or [], path)
     result['seconds'] = round(time.monotonic() - started, 2)
     module.exit_json(**result)
 

