@@ -63,13 +63,13 @@ def run_module(work: Path, venv: Path, installer: str, wheel_dir: Path, lock: Pa
     result_file = work / f"result-{installer}.json"
     playbook = work / f"bench-{installer}.yml"
     interpreter = python()
-    playbook.write_text(json.dumps([{"name": "vllm_venv with %s" % installer, "hosts": "localhost", "gather_facts": False,
-                                     "tasks": [
-        {"llmops.vllm.vllm_venv": {"path": str(venv), "state": "present", "package": PACKAGE, "version": VERSION,
-                                   "python": interpreter, "installer": installer, "wheel_dir": str(wheel_dir),
-                                   "requirements_lock": str(lock), "exclude_packages": EXCLUDED,
-                                   "verify_cli": "never"}, "register": "r"},
-        {"ansible.builtin.copy": {"content": "{{ r | to_nice_json }}", "dest": str(result_file)}}]}]))
+    module_args = {"path": str(venv), "state": "present", "package": PACKAGE, "version": VERSION,
+                   "python": interpreter, "installer": installer, "wheel_dir": str(wheel_dir),
+                   "requirements_lock": str(lock), "exclude_packages": EXCLUDED, "verify_cli": "never"}
+    tasks = [{"llmops.vllm.vllm_venv": module_args, "register": "r"},
+             {"ansible.builtin.copy": {"content": "{{ r | to_nice_json }}", "dest": str(result_file)}}]
+    playbook.write_text(json.dumps([{"name": "vllm_venv with %s" % installer, "hosts": "localhost",
+                                     "gather_facts": False, "tasks": tasks}]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(work),
            "ANSIBLE_LOCAL_TEMP": str(work / "tmp"), "ANSIBLE_REMOTE_TEMP": str(work / "tmp")}
     started = time.perf_counter()

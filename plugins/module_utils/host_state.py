@@ -481,8 +481,8 @@ def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str 
         except Exception as exc:  # noqa: BLE001 - any failure means: let the full rollout decide
             return 'cannot tell what %s@%s names now (%s)' % (entry['repo_id'], entry['revision'], exc)
         if commit != entry['commit']:
-            return '%s@%s now names %s, not the served %s' % (entry['repo_id'], entry['revision'], commit[:12],
-                                                            entry['commit'][:12])
+            return '%s@%s now names %s, not the served %s' % (
+                entry['repo_id'], entry['revision'], commit[:12], entry['commit'][:12])
     return None
 
 

@@ -219,7 +219,6 @@ def resolve_commit_http(endpoint: Optional[str], repo_id: str, revision: str, to
     """
     import urllib.error
     import urllib.parse
-    import urllib.request
     if is_commit(revision):
         return revision
     import base64
@@ -236,8 +235,9 @@ def resolve_commit_http(endpoint: Optional[str], repo_id: str, revision: str, to
     url = "%s/api/models/%s/revision/%s" % (base, validate_repo_id(repo_id), urllib.parse.quote(revision, safe=""))
     shown = "%s/api/models/%s/revision/%s" % (base, repo_id, revision)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:  # noqa: S310
-            document = json.loads(response.read().decode("utf-8"))
+        from ansible.module_utils.urls import open_url
+        response = open_url(url, headers=headers, timeout=timeout, follow_redirects="safe")
+        document = json.loads(response.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:
         raise HubError("%s answered %d" % (shown, exc.code))
     except http.client.InvalidURL:

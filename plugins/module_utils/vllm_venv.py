@@ -340,8 +340,9 @@ class Installer:
             return
         wheel = sorted(glob.glob(os.path.join(self.wheel_dir, "pip-*.whl")))[-1:] if self.wheel_dir else []
         if wheel:
-            self.run("install pip from %s" % wheel[0], [self.venv_python, os.path.join(wheel[0], "pip"), "install",
-                                                       "--isolated", "--no-index", "--no-cache-dir", wheel[0]])
+            argv = [self.venv_python, os.path.join(wheel[0], "pip"), "install", "--isolated", "--no-index",
+                    "--no-cache-dir", wheel[0]]
+            self.run("install pip from %s" % wheel[0], argv)
             return
         try:
             self.run("install pip with ensurepip", [self.venv_python, "-m", "ensurepip", "--default-pip"])

@@ -147,9 +147,10 @@ attributes:
     support: full
 notes:
   - Run it as root (C(become)); the service user only needs to read the venv.
+author:
+  - llmops.vllm maintainers (@llmops)
 seealso:
   - module: llmops.vllm.vllm_info
-  - role: llmops.vllm.vllm_install
 '''
 
 EXAMPLES = r'''
@@ -362,8 +363,9 @@ def present(module, result):
                   distribution=before['distribution'], version=before['version'], integrity=dict(before['integrity']))
     if drift and params['on_drift'] == 'fail':
         module.fail_json(msg='vllm_venv: %s %s in %s differs from its wheel (%s). on_drift=fail: find what changed it, '
-                             'then run with on_drift=reinstall' % (before['distribution'], before['version'], path,
-                                                                  drift_summary(before['integrity'])), **result)
+                             'then run with on_drift=reinstall' % (
+                                 before['distribution'], before['version'], path, drift_summary(before['integrity'])),
+                         **result)
     if drift and action == 'none':
         module.warn('%s %s in %s differs from its wheel - hot-patched or damaged (%s). It keeps running as it is; '
                     'on_drift=reinstall repairs it, on_drift=fail stops here.'

