@@ -10,6 +10,7 @@ and the benchmark's Markdown stays in its file: the terminal gets its verdict an
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import plan_layout
@@ -23,6 +24,33 @@ PHASES: Tuple[Tuple[str, str], ...] = (
     ("rollback_s", "rollback"),
     ("total_s", "total"),
 )
+
+
+def phase_timings(marks: Optional[Dict[str, Any]], changed: bool = False, retired: bool = False,
+                  ready_seconds: Optional[Any] = None, now: Optional[float] = None) -> Dict[str, float]:
+    """Seconds of each phase of a rollout from the times its tasks noted (epoch seconds; a phase not
+    reached has no time and no entry): download (started -> fetched), retire (retire started -> old
+    model gone), downtime gap (retire started -> new model ready), time to ready (the gate's own
+    seconds), rollback (retire started -> old model back) and total (started -> now). Download, gap
+    and time to ready count only when the run changed what the host serves; retire and gap only when
+    the old model was retired."""
+    marks = marks or {}
+
+    def mark(name: str) -> Optional[float]:
+        value = marks.get(name)
+        return None if value is None or value == "" else float(value)
+
+    started, fetched, retire = mark("started"), mark("fetched"), mark("retire_started")
+    retired_at, ready, restored = mark("retired"), mark("ready"), mark("restored_ready")
+    spans: Dict[str, Optional[float]] = {
+        "download_s": fetched - started if changed and fetched is not None and started is not None else None,
+        "downtime_gap_s": ready - retire if changed and retired and ready is not None and retire is not None else None,
+        "retire_s": retired_at - retire if retired and retired_at is not None and retire is not None else None,
+        "time_to_ready_s": float(ready_seconds) if changed and ready_seconds not in (None, "") else None,
+        "rollback_s": restored - retire if restored is not None and retire is not None else None,
+        "total_s": (time.time() if now is None else now) - started if started is not None else None,
+    }
+    return {key: round(value, 2) for key, value in spans.items() if value is not None}
 
 
 def report_plan(plan: Optional[Dict[str, Any]]) -> Dict[str, Any]:

@@ -76,3 +76,23 @@ def test_unit_and_url_filters_come_from_host_state():
     assert filters["connect_url"]("::", "8000") == "http://[::1]:8000"
     assert filters["connect_url"]("0.0.0.0", 8000) == "http://127.0.0.1:8000"
     assert filters["connect_url"]("fd00::5", 8001) == "http://[fd00::5]:8001"
+
+
+MARKS = {"started": 1000.0, "fetched": "1012.5", "retire_started": 1020.0, "retired": 1021.25, "ready": 1055.0}
+
+
+def test_phase_timings_of_a_swap():
+    timings = report.phase_timings(MARKS, changed=True, retired=True, ready_seconds=33.3, now=1070.0)
+    assert timings == {"download_s": 12.5, "downtime_gap_s": 35.0, "retire_s": 1.25, "time_to_ready_s": 33.3,
+                       "total_s": 70.0}
+
+
+def test_phase_timings_of_an_unchanged_run_count_only_the_total():
+    assert report.phase_timings(MARKS, changed=False, retired=False, ready_seconds=None, now=1003.0) == {"total_s": 3.0}
+
+
+def test_phase_timings_of_a_rollback_and_of_marks_not_reached():
+    marks = dict(MARKS, ready=None, restored_ready=1110.0)
+    timings = report.phase_timings(marks, changed=True, retired=True, ready_seconds="", now=1120.0)
+    assert timings == {"download_s": 12.5, "retire_s": 1.25, "rollback_s": 90.0, "total_s": 120.0}
+    assert report.phase_timings({}, changed=True, retired=True) == {}
