@@ -1,105 +1,114 @@
 #!/usr/bin/env bash
 # The TEST command's body (make test): every runner, one summary line, the sandbox always torn down.
-# Three lanes run side by side, because the slow work - vLLM starting, loading, serving - leaves the
-# second core idle most of the time, and the lanes share nothing but the sandbox's bridge and hub:
-#   lane 1 (from the start): the static checks (ansible-lint, mypy, ruff, ansible-test sanity), then
-#          pytest without the two live files: unit tests, module tests through ansible-playbook on
-#          localhost, and the integration tests with hosts and hubs of their own;
-#   lane 2 (the main one): the molecule scenarios on the sandbox's two hosts, in a fixed order in which
-#          each starts from what the one before leaves - default on both hosts, then rollback, upgrade
-#          and preflight on llmops-1;
-#   lane 3 (once default has left llmops-2 serving): the live pytest files on llmops-2
-#          (test_benchmark_live.py, test_vllm_install_live.py), beside lane 2 on llmops-1.
+# Three lanes run side by side: the slow work (vLLM starting, loading, serving on one host) leaves
+# the second core idle much of the time, and the lanes share nothing but the sandbox's bridge and hub.
+#   lane "static_and_pytest" (from the start): ansible-lint, mypy, ruff and ansible-test sanity, then
+#       pytest without the live files - unit tests, module tests through ansible-playbook on
+#       localhost, integration tests with hosts and hubs of their own;
+#   lane "llmops1" (the main one): the molecule scenario default on both sandbox hosts, then, on
+#       llmops-1, rollback and upgrade - each starting from what the one before leaves;
+#   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
+#       (test_benchmark_live.py, test_vllm_install_live.py), then the molecule scenario preflight there.
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints the time table and
-# `N passed, N failed`. Each lane's output is printed when it ends; out/logs keeps it.
+# `N passed, N failed`. A lane's output is printed when it ends; out/logs keeps it.
+# shellcheck disable=SC2317  # the lane functions run in other shells, through start_lane
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_NOCOLOR=1
-JUNIT=out/junit LOGS=out/logs
+export JUNIT=out/junit LOGS=out/logs
 rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
-status=0
-lanes=()
-cleanup() {
-  for pid in "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
-  sandbox/down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
+LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
+# Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
+LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight"
 
-# run_case SUITE NAME COMMAND...: run one command as one JUnit test case of SUITE (out/junit/SUITE.xml).
-declare -A cases=() counts=() failures=()
+# run_case SUITE NAME COMMAND...: one command as one JUnit test case of SUITE, appended to
+# out/junit/.SUITE.cases (write_suite turns them into out/junit/SUITE.xml). Returns its status.
 run_case() {
-  local suite=$1 name=$2 begin; shift 2
+  local suite=$1 name=$2 begin rc; shift 2
   echo "== $suite: $name" >&2
   begin=$(date +%s)
-  if "$@" >&2; then
-    cases[$suite]+="<testcase classname=\"$suite\" name=\"$name\" time=\"$(( $(date +%s) - begin ))\"/>"
+  "$@" >&2; rc=$?
+  if [ "$rc" -eq 0 ]; then
+    echo "<testcase classname=\"$suite\" name=\"$name\" time=\"$(( $(date +%s) - begin ))\"/>" >> "$JUNIT/.$suite.cases"
   else
-    failures[$suite]=$(( ${failures[$suite]:-0} + 1 )) status=1
-    cases[$suite]+="<testcase classname=\"$suite\" name=\"$name\" time=\"$(( $(date +%s) - begin ))\"><failure message=\"$* failed\"/></testcase>"
+    echo "<testcase classname=\"$suite\" name=\"$name\" time=\"$(( $(date +%s) - begin ))\"><failure message=\"$* failed\"/></testcase>" >> "$JUNIT/.$suite.cases"
   fi
-  counts[$suite]=$(( ${counts[$suite]:-0} + 1 ))
+  return "$rc"
 }
 write_suite() {
+  local cases tests failures
+  cases=$(cat "$JUNIT/.$1.cases" 2>/dev/null)
+  tests=$(grep -c '<testcase' <<< "$cases")
+  failures=$(grep -c '<failure' <<< "$cases")
   { echo '<?xml version="1.0" encoding="utf-8"?>'
-    echo "<testsuite name=\"$1\" tests=\"${counts[$1]:-0}\" failures=\"${failures[$1]:-0}\" errors=\"0\" skipped=\"0\">${cases[$1]:-}</testsuite>"
+    echo "<testsuite name=\"$1\" tests=\"$tests\" failures=\"$failures\" errors=\"0\" skipped=\"0\">$cases</testsuite>"
   } > "$JUNIT/$1.xml"
 }
-
-LIVE=(tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py)
-
-# start_lane NAME COMMAND...: run in the background, in its own process group, output to out/logs/NAME.log.
-start_lane() {
-  local name=$1; shift
-  echo "== lane $name started" >&2
-  setsid "$@" > "$LOGS/$name.log" 2>&1 &
-  lanes+=("$!")
-  eval "lane_$name=$!"
-}
-# end_lane NAME: wait for it, print its output, fold its exit status into ours.
-end_lane() {
-  local name=$1 pid rc
-  eval "pid=\$lane_$name"
-  wait "$pid"; rc=$?
-  echo "== lane $name ended with status $rc; its output:" >&2
-  cat "$LOGS/$name.log" >&2
-  [ "$rc" -eq 0 ] || status=1
+scenario() {
+  run_case "molecule-$1" "$2" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$2"
 }
 
 lane_static_and_pytest() {
-  # Static checks: ansible-lint (production profile), mypy and ruff (settings in pyproject.toml) and
-  # ansible-test sanity (pylint, validate-modules, ...).
-  run_case static ansible-lint ansible-lint --offline
-  run_case static mypy mypy
-  run_case static ruff ruff check
-  run_case static ansible-test-sanity make --no-print-directory sanity
+  local rc=0 ignore=() file
+  run_case static ansible-lint ansible-lint --offline || rc=1
+  run_case static mypy mypy || rc=1
+  run_case static ruff ruff check || rc=1
+  run_case static ansible-test-sanity make --no-print-directory sanity || rc=1
   write_suite static
+  for file in $LIVE; do ignore+=("--ignore=$file"); done
   echo "== pytest (all but the live files)"
-  pytest --junitxml="$JUNIT/pytest.xml" $(printf -- '--ignore=%s ' "${LIVE[@]}") "$@" || status=1
-  return "$status"
+  pytest --junitxml="$JUNIT/pytest.xml" "${ignore[@]}" "$@" || rc=1
+  return "$rc"
+}
+lane_llmops2() {
+  local rc=0 name
+  echo "== pytest (the live files, on llmops-2)"
+  # shellcheck disable=SC2086  # LIVE is a list of paths without spaces
+  pytest --junitxml="$JUNIT/pytest-live.xml" $LIVE "$@" || rc=1
+  for name in $LLMOPS2_SCENARIOS; do scenario llmops2 "$name" || rc=1; done
+  write_suite molecule-llmops2
+  return "$rc"
 }
 
-# SCENARIOS in this order; every scenario also runs on its own (its prepare gets there).
-SCENARIOS="default rollback upgrade preflight"
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+  sandbox/down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+# start_lane NAME FUNCTION ARGS...: the function in the background, in its own process group.
+start_lane() {
+  local name=$1; shift
+  echo "== lane $name started" >&2
+  setsid bash -c "$(declare -f run_case write_suite scenario "$1")"'; "$@"' _ "$@" > "$LOGS/$name.log" 2>&1 &
+  pids+=("$!")
+}
+status=0
+end_lanes() {
+  local i rc
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"; rc=$?
+    echo "== lane ${lane_names[$i]} ended with status $rc; its output:" >&2
+    cat "$LOGS/${lane_names[$i]}.log" >&2
+    [ "$rc" -eq 0 ] || status=1
+  done
+  pids=()
+}
+export LIVE LLMOPS2_SCENARIOS
+
 for config in molecule/*/molecule.yml; do
-  scenario=$(basename "$(dirname "$config")")
-  [[ " $SCENARIOS " == *" $scenario "* ]] || { echo "molecule/$scenario is not in SCENARIOS" >&2; status=1; }
+  name=$(basename "$(dirname "$config")")
+  [[ " default $LLMOPS1_SCENARIOS $LLMOPS2_SCENARIOS " == *" $name "* ]] || { echo "molecule/$name is in no lane" >&2; status=1; }
 done
 
-export -f run_case write_suite lane_static_and_pytest
-export JUNIT
-declare -p LIVE > "$LOGS/.live"
-start_lane static_and_pytest bash -c 'source out/logs/.live; declare -A cases=() counts=() failures=(); status=0; lane_static_and_pytest "$@"' _ "$@"
-
-run_case molecule-scenarios default env LLMOPS_SANDBOX_KEEP=1 molecule test -s default
-start_lane live_pytest pytest --junitxml="$JUNIT/pytest-live.xml" "${LIVE[@]}" "$@"
-for scenario in ${SCENARIOS#default }; do
-  run_case molecule-scenarios "$scenario" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$scenario"
-done
-write_suite molecule-scenarios
-
-end_lane live_pytest
-end_lane static_and_pytest
-lanes=()
+lane_names=(static_and_pytest llmops2)
+start_lane static_and_pytest lane_static_and_pytest "$@"
+scenario llmops1 default || status=1
+start_lane llmops2 lane_llmops2 "$@"
+for name in $LLMOPS1_SCENARIOS; do scenario llmops1 "$name" || status=1; done
+write_suite molecule-llmops1
+end_lanes
 
 python3 tools/test_summary.py "$JUNIT" || { [ "$status" -ne 0 ] || status=1; }
 exit "$status"

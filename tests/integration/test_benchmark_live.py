@@ -129,6 +129,7 @@ QWEN_PLAY = """---
         benchmark_url: "http://{{{{ current.bind }}}}:{{{{ current.port }}}}/"
         benchmark_served_model_name: "{{{{ current.served_model_name }}}}"
         benchmark_model_path: "{{{{ current.path }}}}"
+        benchmark_venv: "{{{{ current.venv }}}}"
         benchmark_api_key: "{{{{ bench_api_key }}}}"
         benchmark_levels: {levels}
         benchmark_input_len: {input_len}
