@@ -19,7 +19,7 @@ export JUNIT=out/junit LOGS=out/logs
 rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
 LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
 # Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
-LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight"
+LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight takeover"
 
 # run_case SUITE NAME COMMAND...: one command as one JUnit test case of SUITE, appended to
 # out/junit/.SUITE.cases (write_suite turns them into out/junit/SUITE.xml). Returns its status.

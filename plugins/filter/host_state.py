@@ -15,6 +15,7 @@ import os
 from typing import Any, Callable, Dict, Optional
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+from ansible_collections.llmops.vllm.plugins.module_utils.vllm_process import describe_foreign
 
 # The collection's own code, part of every fingerprint: a new release (or a local edit) re-runs the
 # full rollout once, which records the new fingerprint.
@@ -66,4 +67,5 @@ class FilterModule(object):
             "connect_url": host_state.connect_url,
             "plan_record": plan_record,
             "fingerprint": fingerprint,
+            "foreign_vllm": describe_foreign,
         }

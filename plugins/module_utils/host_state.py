@@ -48,11 +48,13 @@ NAME_RE = re.compile(r'^[a-z0-9][a-z0-9-]{0,62}$')
 ENTRY_KEYS = {
     'name': 'name', 'unit': 'str', 'repo_id': 'str', 'revision': 'str', 'commit': 'str', 'path': 'str',
     'served_model_name': 'str', 'bind': 'str', 'port': 'port', 'since': 'time', 'plan': 'plan',
-    'venv': 'str', 'fingerprint': 'str', 'unit_sha1': 'str',
+    'venv': 'str', 'fingerprint': 'str', 'unit_sha1': 'str', 'takeover': 'mapping',
 }
 # Added after the first schema-1 files: the vLLM venv the unit runs, the rollout's fingerprint of its
 # inputs and the sha1 of the unit file it wrote (a no-op rollout compares them, no re-planning).
-ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha1')
+# `takeover`: the entry came from a vLLM this collection did not start (vllm_takeover): its pid, start
+# time, user and command, so that a retire stops that process while it still runs outside the unit.
+ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha1', 'takeover')
 PLAN_KEYS = {
     'device': 'str', 'tensor_parallel_size': 'size', 'data_parallel_size': 'size', 'enable_expert_parallel': 'bool',
     'gpu_indices': 'indices', 'numa_node': 'int_or_null', 'max_model_len': 'size', 'layout': 'str_or_null',
@@ -81,6 +83,7 @@ _EXPECTED = {
     'indices': 'a list of GPU indices (integers >= 0)',
     'strings': 'a list of strings',
     'time': 'an ISO 8601 time',
+    'mapping': 'a mapping',
 }
 
 
@@ -192,6 +195,7 @@ def _valid(kind: str, value: Any) -> bool:
         'indices': lambda v: isinstance(v, list) and all(_is_int(i) and i >= 0 for i in v),
         'strings': lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
         'time': _is_time,
+        'mapping': lambda v: isinstance(v, dict),
     }
     return checks[kind](value)
 

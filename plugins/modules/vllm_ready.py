@@ -36,6 +36,12 @@ options:
   api_key:
     description: Bearer token when the server was started with an API key.
     type: str
+  api_key_file:
+    description:
+      - An EnvironmentFile on the host whose C(VLLM_API_KEY) is the bearer token, when O(api_key) is not given
+        (a unit M(llmops.vllm.vllm_takeover) wrote keeps the key of the server it took over there).
+      - A missing file, or one without C(VLLM_API_KEY), means no token.
+    type: path
   timeout:
     description: Seconds to wait for all stages together. Size it for the model's load time.
     type: float
@@ -180,10 +186,13 @@ timed_out:
   sample: true
 '''
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.vllm.plugins.module_utils.readiness import (
     ServerGone, has_chat_template, http_json, progress_document, wait_ready, write_progress)
+from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import read_environment_file
 
 
 class UnitWatch(object):
@@ -237,6 +246,7 @@ def main():
             url=dict(type='str', required=True),
             served_model_name=dict(type='str', required=True),
             api_key=dict(type='str', no_log=True),
+            api_key_file=dict(type='path'),
             timeout=dict(type='float', default=600),
             interval=dict(type='float', default=2),
             chat=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
@@ -252,6 +262,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if not p['api_key'] and p['api_key_file'] and os.path.isfile(p['api_key_file']):
+        with open(p['api_key_file']) as handle:
+            p['api_key'] = read_environment_file(handle.read()).get('VLLM_API_KEY') or None
     stages = ['health', 'models', 'completion']
     chat = p['chat'] == 'always' or (p['chat'] == 'auto' and has_chat_template(p['model_path']))
     if chat:

@@ -224,6 +224,13 @@ models:
       description: The sha1 of the unit file the rollout wrote (a changed unit file is noticed without re-planning).
       type: str
       sample: 3b1d...
+    takeover:
+      description:
+        - Set when the entry came from a vLLM this collection did not start (M(llmops.vllm.vllm_takeover)) -
+          its pid, start time, user and redacted command, so a retire also stops that process while it
+          still runs outside the unit.
+      type: dict
+      sample: {pid: 4242, start_time: 1234567, user: llmops-serve, command: "vllm serve /srv/m --api-key ********"}
 up_to_date:
   description: With O(action=verify), whether the host provably serves O(name) as the rollout would leave it.
   returned: O(action=verify)

@@ -516,6 +516,7 @@ class StateEntry(_Result):
     venv: Optional[str] = None
     fingerprint: Optional[str] = None
     unit_sha1: Optional[str] = None
+    takeover: Optional[Dict[str, Any]] = None
 
 
 class HostStateDocument(_Result):
@@ -674,6 +675,50 @@ class VllmVenvResult(_Result):
 
 # Module (and action) name -> the model of its result. tests/unit/test_contracts.py fails for a
 # module that is missing here.
+class VllmServer(_Result):
+    """One vLLM API server on a host, as vllm_process_info finds it (module_utils/vllm_process.py), redacted."""
+    pid: int
+    start_time: str
+    user: Optional[str] = None
+    group: Optional[str] = None
+    command: str
+    program: Optional[str] = None
+    venv: Optional[str] = None
+    cwd: Optional[str] = None
+    environment: List[str]
+    secrets: List[str]
+    unit: Optional[str] = None
+    started_from: str
+    parent: Optional[Dict[str, Any]] = None
+    listen: List[str]
+    ports: List[int]
+    gpus: List[int]
+    model: Optional[str] = None
+    served_model_name: Optional[str] = None
+    name: Optional[str] = None
+    managed_by: Optional[str] = None
+
+
+class VllmProcessInfoResult(_Result):
+    """vllm_process_info: every vLLM server, the foreign ones, and those in the next model's way."""
+    servers: List[VllmServer]
+    foreign: List[Dict[str, Any]]
+    conflicts: List[Dict[str, Any]]
+
+
+class VllmTakeoverResult(_Result):
+    """vllm_takeover: the unit written for a server (state=present), or how its process ended (state=stopped)."""
+    unit: Optional[str] = None
+    unit_path: Optional[str] = None
+    env_file: Optional[str] = None
+    secrets: Optional[List[str]] = None
+    process: Optional[Dict[str, Any]] = None
+    entry: Optional[Dict[str, Any]] = None
+    stopped: Optional[bool] = None
+    signal: Optional[str] = None
+    seconds: Optional[float] = None
+
+
 MODULE_CONTRACTS = {
     "gpu_topology_info": TopologyResult,
     "model_info": ModelFacts,
@@ -686,4 +731,6 @@ MODULE_CONTRACTS = {
     "vllm_state": VllmStateResult,
     "gpu_free": GpuFreeResult,
     "vllm_venv": VllmVenvResult,
+    "vllm_process_info": VllmProcessInfoResult,
+    "vllm_takeover": VllmTakeoverResult,
 }

