@@ -81,6 +81,8 @@ def test_the_hand_started_process_is_gone_and_the_state_records_the_takeover(hos
 
 
 def test_the_runs_said_what_happened_without_a_secret():
+    stage = open(os.path.join(PROJECT, "out", "takeover-stage.log")).read()
+    assert secret_free(stage) and "--api-key ********" in stage
     refused = open(os.path.join(PROJECT, "out", "takeover-refused.log")).read()
     run = open(os.path.join(PROJECT, "out", "takeover-run.log")).read()
     assert secret_free(refused) and secret_free(run)
