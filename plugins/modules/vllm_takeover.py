@@ -276,7 +276,9 @@ def stopped(module):
     if own_unit:
         begin = time.monotonic()
         systemctl = module.get_bin_path('systemctl', required=True)
-        for action in ('stop', 'disable'):
+        rc, enabled, _err = module.run_command([systemctl, 'is-enabled', unit])
+        # A transient unit (systemd-run) has no file to disable; an enabled one would come back at boot.
+        for action in ('stop', 'disable') if enabled.strip() == 'enabled' else ('stop',):
             rc, _out, err = module.run_command([systemctl, action, unit])
             if rc != 0:
                 module.fail_json(msg='systemctl %s %s failed: %s' % (action, unit, err.strip()))

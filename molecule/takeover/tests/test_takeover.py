@@ -3,6 +3,8 @@
 import json
 import os
 import shlex
+import subprocess
+import time
 
 import yaml
 
@@ -96,3 +98,48 @@ def test_the_controller_reports_hold_no_secret():
     latest = open(os.path.join(directory, "latest.json")).read()
     assert secret_free(latest)
     assert json.loads(latest)["before"]["takeover"]["env_file"] == ENV_FILE
+
+
+# A vLLM run by a unit of another name (a stand-in that only listens: the path under test is the unit's).
+OTHER_DIR = "/srv/handmade/other"
+OTHER_UNIT = "handmade-vllm.service"
+FAKE_VLLM = ("#!/usr/bin/python3\nimport socket, time\ns = socket.socket()\n"
+             "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 8123))\ns.listen(1)\ntime.sleep(3600)\n")
+
+
+def adhoc(module, args):
+    """One module on llmops-2 through `ansible` with the sandbox inventory; its JSON result."""
+    done = subprocess.run(["ansible", "-i", os.path.join(PROJECT, "inventories", "sandbox"), "llmops-2", "-m", "llmops.vllm." + module,
+                           "-a", json.dumps(args)], capture_output=True, text=True, timeout=120, cwd=PROJECT,
+                          env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                                   ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.split("=>", 1)[1])
+
+
+def test_a_server_in_a_unit_of_another_name_is_taken_over_and_stopped_through_that_unit(host):
+    host.run("systemctl disable --now %s; rm -f /etc/systemd/system/vllm-other.service" % OTHER_UNIT)
+    host.check_output("mkdir -p %s/model && printf %%s %s > %s/vllm && chmod 755 %s/vllm"
+                      % (OTHER_DIR, shlex.quote(FAKE_VLLM), OTHER_DIR, OTHER_DIR))
+    unit = ("[Service]\nExecStart=%s/vllm serve %s/model --served-model-name other --port 8123 --max-model-len 256\n"
+            "[Install]\nWantedBy=multi-user.target\n" % (OTHER_DIR, OTHER_DIR))
+    host.check_output("printf %%s %s > /etc/systemd/system/%s && systemctl daemon-reload && systemctl enable --now %s"
+                      % (shlex.quote(unit), OTHER_UNIT, OTHER_UNIT))
+    try:
+        for _ in range(50):
+            if host.socket("tcp://127.0.0.1:8123").is_listening:
+                break
+            time.sleep(0.2)
+        found = adhoc("vllm_process_info", {"state_dir": "/srv/llmops-vllm", "port": 8123})
+        [other] = found["conflicts"]
+        assert other["started_from"] == "unit " + OTHER_UNIT and other["name"] == "other"
+        assert [s["managed_by"] for s in found["servers"] if s["served_model_name"] == "hand-llama"] == [UNIT]
+        taken = adhoc("vllm_takeover", {"pid": other["pid"], "start_time": other["start_time"]})
+        assert taken["changed"] and taken["env_file"] is None and taken["unit"] == "vllm-other.service"
+        assert "ExecStart=/usr/bin/python3 %s/vllm serve %s/model" % (OTHER_DIR, OTHER_DIR) in host.file(taken["unit_path"]).content_string
+        stopped = adhoc("vllm_takeover", {"pid": other["pid"], "start_time": other["start_time"], "state": "stopped"})
+        assert stopped["signal"] == "unit"
+        assert not host.service(OTHER_UNIT).is_running and not host.service(OTHER_UNIT).is_enabled
+    finally:
+        host.run("systemctl disable --now %s; rm -f /etc/systemd/system/%s /etc/systemd/system/vllm-other.service; "
+                 "systemctl daemon-reload" % (OTHER_UNIT, OTHER_UNIT))
