@@ -1,5 +1,4 @@
 """After the A -> B rollout: checked on each real host and from the controller."""
-import datetime
 import json
 import os
 import re
@@ -129,18 +128,6 @@ def test_report_on_the_controller(host):
     measured("A -> B swap on %s: %s" % (name, json.dumps(timings)))
     assert timings["downtime_gap_s"] > 0 and timings["time_to_ready_s"] > 0
     assert timings["downtime_gap_s"] >= timings["time_to_ready_s"]
-
-
-def test_b_was_staged_before_the_swap(host):
-    """playbooks/stage.yml (prepare) fetched B while A served: its manifest, written when a download
-    completes, predates the swap, so the swap downloaded nothing."""
-    swap = swap_report(host.check_output("hostname").strip())
-    finished = datetime.datetime.fromisoformat(swap["finished"]).timestamp()
-    swap_started = finished - swap["timings"]["total_s"]
-    path = json.loads(host.file(state_dir(host) + "/state.json").content_string)["models"]["tiny-qwen3"]["path"]
-    completed = float(host.check_output("stat -c %%Y %s/.llmops-manifest.json" % path))
-    assert completed < swap_started, "B's weights were written during the swap, not staged before it"
-    # A staged model leaves no unit behind before the swap: the swap wrote B's (checked in test_unit_content).
 
 
 def test_gpu_example_unit_verifies_and_keeps_the_gpus(host):

@@ -1,5 +1,6 @@
 """After the takeover scenario: the hand-started vLLM runs again, through vllm-hand-llama.service, as it ran
 (user, directory, command, environment) and with its secrets only in the 0600 EnvironmentFile."""
+import datetime
 import json
 import os
 import shlex
@@ -85,12 +86,23 @@ def test_the_hand_started_process_is_gone_and_the_state_records_the_takeover(hos
 def test_the_runs_said_what_happened_without_a_secret():
     stage = open(os.path.join(PROJECT, "out", "takeover-stage.log")).read()
     assert secret_free(stage) and "--api-key ********" in stage
+    preview = open(os.path.join(PROJECT, "out", "takeover-preview.log")).read()
+    assert secret_free(preview)
     refused = open(os.path.join(PROJECT, "out", "takeover-refused.log")).read()
     run = open(os.path.join(PROJECT, "out", "takeover-run.log")).read()
     assert secret_free(refused) and secret_free(run)
     assert "user llmops-serve" in refused and "working directory /srv/handmade" in refused
     assert "took pid" in run and "taken over: pid" in run
     assert "Rolled back - vllm-hand-llama.service serves" in run
+
+
+def test_the_new_weights_were_staged_before_the_rollout(host):
+    """playbooks/stage.yml fetched them beside the hand-started server: the manifest a completed download
+    writes predates the takeover rollout, which downloaded nothing."""
+    report = json.load(open(os.path.join(PROJECT, "reports", "llmops-2", "latest.json")))
+    started = datetime.datetime.fromisoformat(report["finished"]).timestamp() - report["timings"]["total_s"]
+    manifest = host.check_output("ls /var/lib/llmops-vllm/models/llmops-test/tiny-qwen3-broken/*/.llmops-manifest.json")
+    assert float(host.check_output("stat -c %%Y %s" % manifest)) < started
 
 
 def test_the_controller_reports_hold_no_secret():
