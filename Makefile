@@ -82,8 +82,9 @@ bench: setup
 	$(PY) bench/vllm_info_fastpath.py
 	$(PY) bench/hf_fetch.py
 	$(PY) bench/vllm_venv_install.py
-# rollout_noop needs the sandbox up and serving the inventory's model (e.g. after `make main`).
+# rollout_noop and soak need the sandbox up and serving the inventory's model (e.g. after `make main`).
 	$(PY) bench/rollout_noop.py
+	$(PY) bench/soak.py --minutes 10
 
 clean:
 	rm -rf $(VENV) .collections .pytest_cache
