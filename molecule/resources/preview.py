@@ -46,6 +46,7 @@ def main():
         seconds = round(time.monotonic() - started, 1)
         document = {"rc": runner.rc, "status": runner.status, "seconds": seconds, "stats": stats(runner.stats),
                     "plays": collect(runner.events)}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # out/ exists under make test, not always alone
     with open(out, "w") as handle:
         json.dump(document, handle, indent=1, default=str)
     print("%s: %s (rc %s) in %.1f s" % (os.path.basename(playbook), runner.status, runner.rc, seconds))

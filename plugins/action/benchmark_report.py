@@ -25,6 +25,8 @@ ARGUMENT_SPEC = dict(
     rollout_report=dict(type='dict'),
     report_dir=dict(type='path'),
     plot=dict(type='bool', default=True),
+    max_baseline_age=dict(type='float'),
+    baseline_required=dict(type='bool', default=False),
 )
 
 
@@ -45,7 +47,8 @@ class ActionModule(ActionBase):
             report = benchmark.write_report(
                 args['results_dir'], host, new, previous=args['previous'], at_concurrency=args['at_concurrency'],
                 min_ratio=args['min_ratio'], plan=args['plan'], rollout_report=args['rollout_report'],
-                report_dir=args['report_dir'], plot=args['plot'])
+                report_dir=args['report_dir'], plot=args['plot'], max_baseline_age=args['max_baseline_age'],
+                baseline_required=args['baseline_required'])
         except benchmark.BenchmarkInputError as exc:
             result.update(failed=True, msg="benchmark_report: %s" % exc)
             return result

@@ -22,7 +22,7 @@ description:
     ratio), C(.png) (output tok/s against concurrency, log scale, previous and new) and C(.json).
   - RV(passed) is RV(ratio) >= O(min_ratio) when O(min_ratio) is given, else true. Without a previous run
     (a first rollout) or a level both runs share there is nothing to compare - passed, with a note in
-    RV(notes).
+    RV(notes); with O(baseline_required), a missing baseline of O(previous) fails instead.
   - A low ratio never fails the task - the caller decides (a rollout fails inside its block on
     RV(passed=false), so its rescue rolls back). Bad input (a run that is not one, an O(at_concurrency) a
     run lacks) does fail it.
@@ -78,6 +78,18 @@ options:
     description: Draw the PNG plot (matplotlib, Agg backend).
     type: bool
     default: true
+  max_baseline_age:
+    description:
+      - Seconds. The newest run of O(previous) is the baseline only when it finished at most this long ago (and
+        ran the new run's workload - input and output lengths, prompts, extra arguments - which is always
+        required). Omitted - any age.
+    type: float
+  baseline_required:
+    description:
+      - Without a baseline of O(previous) (none stored, too old, another workload) RV(passed) is false instead
+        of true, and RV(notes) says why. The rollout sets it unless C(rollout_benchmark_allow_no_baseline).
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Runs in check mode too and writes the report; it only reads stored runs and writes report files on the controller.

@@ -23,7 +23,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import plan_layout
 
@@ -200,9 +200,9 @@ def check_run(document: Any, source: str = "run") -> Dict[str, Any]:
     return dict(document, levels=sorted(levels, key=lambda row: row["concurrency"]))
 
 
-def find_last_run(results_dir: str, host: str, name: str,
-                  exclude: Optional[Dict[str, Any]] = None) -> Tuple[Optional[str], Optional[Dict[str, Any]], List[str]]:
-    """The newest run of model ``name`` on ``host`` in ``<results_dir>/<host>/``.
+def find_last_run(results_dir: str, host: str, name: str, exclude: Optional[Dict[str, Any]] = None,
+                  accept: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[Optional[str], Optional[Dict[str, Any]], List[str]]:
+    """The newest run of model ``name`` on ``host`` in ``<results_dir>/<host>/`` (that ``accept`` takes, when given).
 
     Returns (path, document, skipped), ``(None, None, skipped)`` when there is none. ``exclude`` is
     the run being judged (by its ``path``, or its start time): when a model is rolled out again
@@ -231,10 +231,81 @@ def find_last_run(results_dir: str, host: str, name: str,
             continue
         if exclude.get("started") and document.get("started") == exclude["started"]:
             continue
+        if accept is not None and not accept(document):
+            continue
         key = (str(document.get("finished") or document.get("started") or ""), entry)
         if key > best[0]:
             best = (key, path, document)
     return best[1], best[2], skipped
+
+
+# ----------------------------------------------------------------------------- baselines
+
+# What makes two runs comparable, besides FIXED_WORKLOAD (the same in every run this role makes).
+WORKLOAD_KEYS = ("input_len", "output_len", "num_prompts", "extra_args")
+
+
+def run_time(document: Dict[str, Any]) -> Optional[datetime.datetime]:
+    text = str(document.get("finished") or document.get("started") or "")
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        try:
+            when = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
+
+
+def age_text(seconds: float) -> str:
+    """3 s, 12 min, 5.2 h, 3.0 d."""
+    if seconds < 120:
+        return "%d s" % seconds
+    if seconds < 7200:
+        return "%d min" % (seconds // 60)
+    if seconds < 172800:
+        return "%.1f h" % (seconds / 3600)
+    return "%.1f d" % (seconds / 86400)
+
+
+def baseline_problem(document: Dict[str, Any], workload: Optional[Dict[str, Any]] = None,
+                     max_age_s: Optional[float] = None, now: Optional[datetime.datetime] = None) -> Optional[str]:
+    """Why a stored run cannot be the baseline of a gate: another workload, or older than ``max_age_s``
+    seconds (None: it can)."""
+    if workload is not None:
+        theirs = document.get("workload") or {}
+        differs = ["%s %r, not %r" % (key, theirs.get(key), workload.get(key)) for key in WORKLOAD_KEYS
+                   if key in workload and theirs.get(key) != workload.get(key)]
+        if differs:
+            return "its workload differs (%s)" % ", ".join(differs)
+    if max_age_s is not None:
+        when = run_time(document)
+        if when is None:
+            return "it says not when it ran"
+        age = ((now or datetime.datetime.now(datetime.UTC)) - when).total_seconds()
+        if age > float(max_age_s):
+            return "it is %s old (the limit is %s)" % (age_text(age), age_text(float(max_age_s)))
+    return None
+
+
+def find_baseline(results_dir: str, host: str, name: str, workload: Optional[Dict[str, Any]] = None,
+                  max_age_s: Optional[float] = None, exclude: Optional[Dict[str, Any]] = None,
+                  now: Optional[datetime.datetime] = None) -> Tuple[Optional[str], Optional[Dict[str, Any]], Optional[str], List[str]]:
+    """The newest run of ``name`` on ``host`` with ``workload``, if it is recent enough to be the baseline:
+    (path, document, None, skipped), else (None, None, why, skipped)."""
+    path, document, skipped = find_last_run(results_dir, host, name, exclude=exclude,
+                                            accept=lambda run: baseline_problem(run, workload) is None)
+    if document is None:
+        newest, other, _skipped = find_last_run(results_dir, host, name, exclude=exclude)
+        if other is not None:
+            return None, None, "no run of %s on %s with this workload; the newest (%s) cannot be the baseline: %s" % (
+                name, host, newest, baseline_problem(other, workload)), skipped
+        return None, None, "no previous run of %s on %s in %s" % (name, host, os.path.join(results_dir, host)), skipped
+    problem = baseline_problem(document, None, max_age_s, now)
+    if problem:
+        return None, None, "the newest run of %s on %s with this workload (%s) cannot be the baseline: %s" % (
+            name, host, path, problem), skipped
+    return path, document, None, skipped
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -527,25 +598,32 @@ def write_report(results_dir: str, host: str, new: Dict[str, Any], previous: Opt
                  at_concurrency: Optional[int] = None, min_ratio: Optional[float] = None,
                  plan: Optional[Dict[str, Any]] = None, rollout_report: Optional[Dict[str, Any]] = None,
                  report_dir: Optional[str] = None, plot: bool = True,
-                 now: Optional[datetime.datetime] = None) -> Dict[str, Any]:
+                 now: Optional[datetime.datetime] = None, max_baseline_age: Optional[float] = None,
+                 baseline_required: bool = False) -> Dict[str, Any]:
     """Compare ``new`` with the last run of model ``previous`` on ``host`` and write the report.
 
-    Writes ``<report_dir>/<UTC timestamp>-<previous>-to-<new>.{md,png,json}`` (``report_dir``
-    defaults to ``<results_dir>/<host>/reports``) and returns what the action returns. Never fails
-    on a low ratio: ``passed`` carries the verdict, the caller decides (a rollout rolls back).
+    The baseline is the newest run of ``previous`` with the new run's workload, at most
+    ``max_baseline_age`` seconds old (None: any age). Without one there is no ratio: passed, unless
+    ``baseline_required`` (then failed, saying why). Writes ``<report_dir>/<UTC timestamp>-<previous>-to-<new>.{md,png,json}``
+    (``report_dir`` defaults to ``<results_dir>/<host>/reports``) and returns what the action returns.
+    Never fails on a low ratio: ``passed`` carries the verdict, the caller decides (a rollout rolls back).
     """
     check_run(new, "the new run")
     now = now or datetime.datetime.now(datetime.UTC)
     old_path: Optional[str] = None
     old: Optional[Dict[str, Any]] = None
     skipped: List[str] = []
+    no_previous_note = "no previous model given (report of the new run only)"
     if previous:
-        old_path, old, skipped = find_last_run(results_dir, host, previous, exclude=new)
-    if previous:
-        no_previous_note = "no previous run of %s on %s in %s" % (previous, host, os.path.join(results_dir, host))
-    else:
-        no_previous_note = "no previous model given (report of the new run only)"
+        old_path, old, why, skipped = find_baseline(results_dir, host, previous, workload=new.get("workload"),
+                                                    max_age_s=max_baseline_age, exclude=new, now=now)
+        no_previous_note = why or no_previous_note
     comparison = compare(new, old, at_concurrency, min_ratio, no_previous_note=no_previous_note)
+    if previous and old is None and baseline_required:
+        comparison["passed"] = False
+        comparison["notes"] = [note.replace(": passed without a ratio", "") for note in comparison["notes"]]
+        comparison["notes"].append("no baseline of %s to compare with, and one is required "
+                                   "(rollout_benchmark_allow_no_baseline is false): failed" % previous)
     report_dir = report_dir or os.path.join(results_dir, host, "reports")
     os.makedirs(report_dir, exist_ok=True)
     base = os.path.join(report_dir, report_basename(new, old, now))

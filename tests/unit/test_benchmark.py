@@ -426,3 +426,70 @@ def test_plan_summary():
 def test_plan_summary_prefers_the_plans_own_label():
     assert benchmark.plan_summary({"device": "cuda", "layout": "TP=2 x DP=4", "tensor_parallel_size": 8,
                                    "gpu_indices": [0]}) == "cuda TP=2 x DP=4, GPUs 0"
+
+
+# ----------------------------------------------------------------------------- baselines
+
+def test_the_baseline_is_the_newest_run_with_the_same_workload(tmp_path):
+    same = store(tmp_path, run("kimi-k2-5", KIMI, finished="2026-03-02T08:00:00Z"))
+    store(tmp_path, run("kimi-k2-5", {c: 1.0 for c in KIMI}, finished="2026-03-02T09:00:00Z",
+                        workload={"dataset": "random", "input_len": 64, "output_len": 32}))
+    new = run("minimax-m2-5", MINIMAX, finished="2026-03-02T09:20:00Z")
+    result = benchmark.write_report(str(tmp_path), HOST, new, previous="kimi-k2-5", min_ratio=1.5, now=NOW, plot=False,
+                                    max_baseline_age=7200, baseline_required=True)  # 90 min old
+    assert result["previous_run"] == same and result["passed"] is True and result["ratio"] == pytest.approx(3.231, abs=1e-3)
+
+
+@pytest.mark.parametrize("stored, why", [
+    ({"finished": "2026-03-01T09:00:00Z"}, "is 24.5 h old (the limit is 60 min)"),
+    ({"workload": {"dataset": "random", "input_len": 64, "output_len": 128}}, "its workload differs (input_len 64, not 1024)"),
+    (None, "no previous run of kimi-k2-5 on gpu-1"),
+])
+def test_no_baseline_passes_without_a_ratio_or_fails_when_required(tmp_path, stored, why):
+    if stored is not None:
+        store(tmp_path, run("kimi-k2-5", KIMI, **dict({"finished": "2026-03-02T09:00:00Z"}, **stored)))
+    new = run("minimax-m2-5", MINIMAX, finished="2026-03-02T09:20:00Z")
+    lenient = benchmark.write_report(str(tmp_path), HOST, new, previous="kimi-k2-5", min_ratio=0.9, now=NOW, plot=False,
+                                     max_baseline_age=3600)
+    assert lenient["passed"] is True and lenient["ratio"] is None and why in lenient["notes"][0]
+    strict = benchmark.write_report(str(tmp_path), HOST, new, previous="kimi-k2-5", min_ratio=0.9, now=NOW, plot=False,
+                                    max_baseline_age=3600, baseline_required=True)
+    assert strict["passed"] is False and strict["previous_run"] is None
+    assert why in strict["notes"][0] and "passed without a ratio" not in strict["notes"][0]
+    assert "one is required (rollout_benchmark_allow_no_baseline is false): failed" in strict["notes"][-1]
+    assert "FAILED" in strict["summary"]
+
+
+def test_a_first_rollout_needs_no_baseline(tmp_path):
+    result = benchmark.write_report(str(tmp_path), HOST, run("minimax-m2-5", MINIMAX), now=NOW, plot=False,
+                                    max_baseline_age=3600, baseline_required=True)
+    assert result["passed"] is True  # no previous model: nothing was replaced
+
+
+def test_age_text():
+    assert [benchmark.age_text(s) for s in (5, 119, 600, 7199, 7200, 90000, 200000)] == [
+        "5 s", "119 s", "10 min", "119 min", "2.0 h", "25.0 h", "2.3 d"]
+
+
+def test_the_lookup_finds_the_baseline_through_ansible(tmp_path):
+    """lookup('llmops.vllm.benchmark_baseline') in a real play: a fresh run is found, an old one is not."""
+    import subprocess
+    import sys
+    now = datetime.datetime.now(datetime.UTC)
+    fresh = store(tmp_path, run("kimi-k2-5", KIMI, finished=(now - datetime.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")))
+    store(tmp_path, run("old-model", KIMI, finished="2026-01-01T00:00:00Z"))
+    play = tmp_path / "play.yml"
+    play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [{"ansible.builtin.copy": {
+        "dest": str(tmp_path / "out.json"),
+        "content": "{{ lookup('llmops.vllm.benchmark_baseline', 'kimi-k2-5', 'old-model', 'nothing', results_dir=dir, host='gpu-1',"
+                   " max_age=3600, workload={'input_len': 1024, 'output_len': 128}, wantlist=True) | to_json }}"},
+        "vars": {"dir": str(tmp_path)}}]}]))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(play)], cwd=root, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found, old, nothing = json.load(open(tmp_path / "out.json"))
+    assert found["path"] == fresh and found["why"] is None and 200 < found["age_s"] < 400
+    assert old["path"] is None and "old (the limit is 60 min)" in old["why"]
+    assert nothing["path"] is None and nothing["why"].startswith("no previous run of nothing on gpu-1")

@@ -105,6 +105,18 @@ def test_the_new_weights_were_staged_before_the_rollout(host):
     assert float(host.check_output("stat -c %%Y %s" % manifest)) < started
 
 
+def test_the_hand_started_server_was_measured_before_it_was_retired():
+    """The benchmark gate had no run of hand-llama, so the rollout measured it with its own key (from the
+    EnvironmentFile) right before the retire."""
+    run = open(os.path.join(PROJECT, "out", "takeover-run.log")).read()
+    assert "measuring hand-llama now, before it is retired" in run
+    directory = os.path.join(PROJECT, "reports", "benchmarks", "llmops-2")
+    runs = [json.load(open(os.path.join(directory, name))) for name in sorted(os.listdir(directory)) if name.endswith("-hand-llama.json")]
+    assert runs, "no stored run of hand-llama"
+    assert runs[-1]["served_model_name"] == "hand-llama" and min(level["completed"] for level in runs[-1]["levels"]) > 0
+    assert secret_free(json.dumps(runs[-1]))
+
+
 def test_the_controller_reports_hold_no_secret():
     directory = os.path.join(PROJECT, "reports", "llmops-2")
     latest = open(os.path.join(directory, "latest.json")).read()
