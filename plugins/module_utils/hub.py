@@ -1025,6 +1025,17 @@ class Hub:
         return ("cannot reach the hub for %s (%s: %s): check `endpoint` (or HF_ENDPOINT) and the network"
                 % (where, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
 
+    def revision_kind(self, repo_id: str, revision: str) -> str:
+        """'commit' (a full sha), 'tag' or 'branch' as the hub's refs list it, else 'unknown'."""
+        if is_commit(revision):
+            return "commit"
+        refs = self._refs(repo_id)
+        if refs is None:
+            return "unknown"
+        if revision in refs["tags"]:
+            return "tag"
+        return "branch" if revision in refs["branches"] else "unknown"
+
     def _refs(self, repo_id: str) -> Optional[Dict[str, List[str]]]:
         try:
             refs = self.api.list_repo_refs(repo_id)

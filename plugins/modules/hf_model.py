@@ -126,6 +126,12 @@ options:
     type: list
     elements: str
     default: ['/etc/systemd/system/vllm-*.service']
+  describe_revision:
+    description:
+      - Also say what O(revision) is (RV(revision_kind)) - a commit, a tag or a branch - from the hub's refs
+        (one more request). The rollout's preflight uses it for the desired state's C(revision_policy).
+    type: bool
+    default: false
   owner:
     description:
       - Owner of the model files and directories (the service user must be able to read them).
@@ -233,6 +239,13 @@ commit:
   returned: always
   type: str
   sample: 5bd8b0e1c0fd0b8b4ab8f52d6e1c2a9e4e2b6c1d
+revision_kind:
+  description:
+    - With O(describe_revision), what O(revision) is - V(commit) (a full sha), V(tag), V(branch), or V(unknown)
+      when the hub does not list its refs.
+  returned: when O(describe_revision=true)
+  type: str
+  sample: branch
 repo_id:
   description: The repository.
   returned: always
@@ -418,7 +431,11 @@ class HfModel(object):
         return self.client
 
     def resolve_commit(self):
-        """A full commit sha needs no network; a branch or tag asks the hub."""
+        """A full commit sha needs no network; a branch or tag asks the hub. With describe_revision, also
+        says which it is (revision_kind)."""
+        if self.params.get('describe_revision'):
+            self.result['revision_kind'] = ('commit' if hub.is_commit(self.revision)
+                                            else self.hub().revision_kind(self.repo_id, self.revision))
         if hub.is_commit(self.revision):
             return self.revision
         return self.hub().resolve(self.repo_id, self.revision)
@@ -699,6 +716,7 @@ def main():
             keep=dict(type='int', default=2),
             protect=dict(type='list', elements='path', default=[]),
             protect_units=dict(type='list', elements='str', default=list(hub.DEFAULT_UNIT_GLOBS)),
+            describe_revision=dict(type='bool', default=False),
             owner=dict(type='str'),
             group=dict(type='str'),
             mode=dict(type='raw', default='0644'),

@@ -558,6 +558,7 @@ class HfModelResult(_Result):
     """hf_model: one pinned, verified version of a hub repository."""
     path: Optional[str] = None
     commit: Optional[str] = None
+    revision_kind: Optional[Literal["commit", "tag", "branch", "unknown"]] = None
     repo_id: str
     revision: str
     endpoint: str

@@ -9,6 +9,7 @@ One document per host, the inventory variable ``vllm_model``::
       name: minimax-m2-5              # the unit is vllm-<name>.service
       repo_id: MiniMaxAI/MiniMax-M2.5
       revision: main                  # branch, tag or commit; the rollout pins the commit
+      # revision_policy: commit       # commit | tag | any; unset: any revision, a branch with a warning
       served_model_name: minimax-m2.5 # default: name
       port: 8000
       bind: 10.0.0.5                  # default: the host's primary IPv4 address
@@ -37,6 +38,8 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
 NAME_RE = host_state.NAME_RE
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+REVISION_POLICIES = ("commit", "tag", "any")
 # Planner choices a host may pin; the rest of PlanRequest is filled in by the rollout itself.
 PLAN_OWNED_BY_ROLLOUT = ("model_id", "model_path", "served_model_name", "host", "port", "extra_args", "env")
 
@@ -58,6 +61,9 @@ class DesiredModel(BaseModel):
     plan: Dict[str, Any] = Field(default_factory=dict)
     extra_args: List[str] = Field(default_factory=list)
     env: Dict[str, str] = Field(default_factory=dict)
+    # What `revision` may be: commit (a full sha), tag (a tag or a commit), any; unset - any, with a
+    # warning for a branch. Checked here where it can be (commit) and by the preflight against the hub.
+    revision_policy: Optional[str] = None
 
     @field_validator("name")
     @classmethod
@@ -135,10 +141,22 @@ class DesiredModel(BaseModel):
                                  "environment file), not in plain env" % key)
         return value
 
+    @field_validator("revision_policy")
+    @classmethod
+    def _revision_policy(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _templated(value) and value not in REVISION_POLICIES:
+            raise ValueError("must be one of %s (unset: any revision, a branch with a warning), got %r"
+                             % (", ".join(REVISION_POLICIES), value))
+        return value
+
     @model_validator(mode="after")
     def _defaults(self) -> DesiredModel:
         if not self.served_model_name:
             self.served_model_name = self.name
+        if self.revision_policy == "commit" and not _templated(self.revision) and not COMMIT_RE.match(self.revision):
+            raise ValueError("revision %r is not a commit sha, and revision_policy is commit: pin the 40-character "
+                             "commit (the rollout's report and the host state name the one it resolved), or set "
+                             "revision_policy to tag or any" % self.revision)
         return self
 
     @property

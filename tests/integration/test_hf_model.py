@@ -392,8 +392,10 @@ def test_fetch_by_branch_tag_and_commit_then_idempotent(vllm_python, hub_url, mo
     assert stat.S_IMODE(progress.stat().st_mode) == 0o600
     assert json.loads(progress.read_text())["phase"] == "done"
 
-    second = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=revision, models_root=str(models), name="second")
+    second = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=revision, models_root=str(models), name="second",
+                   describe_revision=True)
     assert second["changed"] is False and second["commit"] == commit
+    assert second["revision_kind"] == kind and "revision_kind" not in first  # from the hub's refs, when asked
     assert second["downloaded_bytes"] == 0 and second["fetched"] == []
     assert second["seconds"] < 2.0, second["seconds"]
     assert second["network"] is (kind != "commit")  # a commit sha + a manifest: no network at all

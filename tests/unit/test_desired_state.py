@@ -67,3 +67,26 @@ def test_cli_validate_the_shipped_inventories(tmp_path):
     bad.write_text("all:\n  hosts:\n    gpu-1:\n      vllm_model: {name: x, repo_id: a/b, port: 99999}\n")
     proc = subprocess.run([cli, "validate", "-i", str(bad)], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1 and "gpu-1: vllm_model.port" in proc.stdout
+
+
+SHA = "5bd8b0e1c0fd0b8b4ab8f52d6e1c2a9e4e2b6c1d"
+
+
+@pytest.mark.parametrize("policy, revision, problem", [
+    (None, "main", None),                      # unset: any revision (the preflight warns on a branch)
+    ("any", "main", None),
+    ("tag", "v1.0", None),                     # a tag or a branch cannot be told apart offline: the preflight asks the hub
+    ("tag", "main", None),
+    ("commit", SHA, None),
+    ("commit", "main", "revision 'main' is not a commit sha, and revision_policy is commit"),
+    ("commit", SHA[:12], "is not a commit sha"),
+    ("commit", "{{ pinned }}", None),          # templated: checked again once Ansible has templated it
+    ("branch", "main", "vllm_model.revision_policy: must be one of commit, tag, any"),
+])
+def test_revision_policy(policy, revision, problem):
+    document = dict(GOOD, revision=revision, **({"revision_policy": policy} if policy else {}))
+    if problem is None:
+        assert validate_model(document)["revision_policy"] == policy
+    else:
+        with pytest.raises(PlanInputError, match=problem.replace("(", r"\(")):
+            validate_model(document)
