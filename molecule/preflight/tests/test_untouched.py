@@ -1,4 +1,4 @@
-"""After six bad rollouts: model A serves as before."""
+"""After seven bad rollouts: model A serves as before."""
 import json
 import os
 
