@@ -38,6 +38,7 @@ import re
 import shutil
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
+from ansible_collections.llmops.vllm.plugins.module_utils.gpu_health import add_process_origins, health_problems, merge_health
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     MIB,
     NVLINK_RE,
@@ -61,6 +62,7 @@ from ansible_collections.llmops.vllm.plugins.module_utils.topology_nvml import (
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_smi_query import QUERY_FIELDS, parse_query_csv
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_smi_topo import parse_topo_matrix
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_sysfs import read_sysfs
+from ansible_collections.llmops.vllm.plugins.module_utils.vllm_process import parse_cgroup
 
 __all__ = [
     "TopologyError",
@@ -109,7 +111,7 @@ def build_topology(topo_text: Optional[str] = None, query_text: Optional[str] = 
     (a directory holding ``sys/...``) and ``nvml`` (an ``nvml_snapshot()`` dict).
 
     Returns a dict with ``gpus`` (sorted by nvidia-smi index: index, name, uuid, bus_id,
-    memory_bytes, numa_node, numa_source, cpu_affinity, compute_capability, pcie), ``links``
+    memory_bytes, numa_node, numa_source, cpu_affinity, compute_capability, pcie, health), ``links``
     (GPU x GPU, "X" on the diagonal, None where no source knows), ``interconnect`` ("nvlink" when
     every pair is NV<n>, "pcie" when none is, "mixed", "none" for 0 or 1 GPU, "unknown" when
     some pair's link is unknown), ``numa_nodes`` ({"<id>": {"gpus", "cpus", ...}}), ``nics``,
@@ -258,8 +260,18 @@ def _node_cpu_sets(numa_source_nodes: Dict[int, Facts]) -> Dict[int, Set[int]]:
     return sets
 
 
+def _attach_smi_q(records: Dict[int, Dict[str, Facts]], smi_q: Facts) -> None:
+    """Give each record its `nvidia-smi -q` GPU (health facts of a live probe), by bus id, else index."""
+    by_bus = {bus_key(_bus_of(record)): index for index, record in records.items() if _bus_of(record)}
+    for gpu in smi_q.get("gpus", []):
+        index = by_bus.get(bus_key(gpu.get("bus_id")), gpu["index"])
+        if index in records:
+            records[index]["smi_q"] = gpu
+
+
 def _assemble(topo: Optional[Facts] = None, query: Optional[Facts] = None, numactl: Optional[Facts] = None,
-              sysfs: Optional[Facts] = None, nvml: Optional[Facts] = None, warnings: Optional[List[str]] = None) -> Facts:
+              sysfs: Optional[Facts] = None, nvml: Optional[Facts] = None, warnings: Optional[List[str]] = None,
+              smi_q: Optional[Facts] = None) -> Facts:
     warnings = list(warnings or [])
     sources: List[str] = []
     if topo is not None:
@@ -272,6 +284,8 @@ def _assemble(topo: Optional[Facts] = None, query: Optional[Facts] = None, numac
         sources.append("sysfs")
     if nvml is not None:
         sources.append("nvml")
+    if smi_q is not None:
+        sources.append("nvidia-smi-q")
 
     # NUMA nodes of the host: numactl first (what the operator captured), sysfs fills the rest.
     host_nodes: Dict[int, Facts] = {}
@@ -285,6 +299,8 @@ def _assemble(topo: Optional[Facts] = None, query: Optional[Facts] = None, numac
     node_cpus = _node_cpu_sets(host_nodes)
 
     records = _match_gpus(query, nvml, topo, warnings)
+    if smi_q is not None:
+        _attach_smi_q(records, smi_q)
     if sysfs is not None:
         _attach_sysfs(records, sysfs, warnings)
 
@@ -308,9 +324,12 @@ def _assemble(topo: Optional[Facts] = None, query: Optional[Facts] = None, numac
             "compute_capability": _first(q.get("compute_capability"), n.get("compute_capability"),
                                          infer_compute_capability(name)),
             "pcie": _merged_pcie(record),
+            # nvidia-smi -q first (the captures the checks are tested on), NVML fills what it lacks.
+            "health": merge_health(q.get("health"), (record.get("smi_q") or {}).get("health"), n.get("health")),
         })
 
     for gpu in gpus:
+        gpu["health"]["problems"] = health_problems(gpu)
         pcie = gpu["pcie"]
         if pcie["degraded"]:
             warnings.append("GPU %d%s: PCIe link width x%d is below its maximum x%d (degraded: check the "
@@ -477,6 +496,7 @@ def probe(run_command: RunCommand, use_nvml: str = "auto", sysfs_root: str = "/"
     smi = shutil.which("nvidia-smi") if nvidia_smi_path is None else nvidia_smi_path
     topo: Optional[Facts] = None
     query: Optional[Facts] = None
+    smi_q: Optional[Facts] = None
     if smi:
         rc, stdout, stderr = _run(run_command, [smi, "topo", "-m"])
         if _no_devices(stdout, stderr):
@@ -487,6 +507,7 @@ def probe(run_command: RunCommand, use_nvml: str = "auto", sysfs_root: str = "/"
         else:
             topo = parse_topo_matrix(stdout, source="`nvidia-smi topo -m` output")
             query = _probe_query(run_command, smi, warnings)
+            smi_q = _probe_smi_q(run_command, smi, warnings)
 
     numactl: Optional[Facts] = None
     numactl_bin = shutil.which("numactl") if numactl_path is None else numactl_path
@@ -516,9 +537,28 @@ def probe(run_command: RunCommand, use_nvml: str = "auto", sysfs_root: str = "/"
                 except Exception:  # best effort, the facts are collected
                     pass
 
-    result = _assemble(topo=topo, query=query, numactl=numactl, sysfs=sysfs, nvml=nvml, warnings=warnings)
+    result = _assemble(topo=topo, query=query, numactl=numactl, sysfs=sysfs, nvml=nvml, warnings=warnings, smi_q=smi_q)
+    for gpu in result["gpus"]:
+        # Which unit (and parent) each process on a GPU belongs to: the preflight allows the unit it retires.
+        add_process_origins(gpu["health"], parse_cgroup, os.path.join(sysfs_root, "proc"))
+        gpu["health"]["problems"] = health_problems(gpu)
     result["host"] = read_host(sysfs_root)
     return result
+
+
+def _probe_smi_q(run_command: RunCommand, smi: str, warnings: List[str]) -> Optional[Facts]:
+    """`nvidia-smi -q`, for the health fields (ECC, retired pages, remapped rows, MIG, persistence,
+    throttle reasons, processes); a failure costs only those, which NVML may still give."""
+    rc, stdout, stderr = _run(run_command, [smi, "-q"])
+    if rc != 0:
+        warnings.append("`nvidia-smi -q` failed (rc=%d): %s; GPU health comes from NVML only"
+                        % (rc, _first_line(stderr, stdout)))
+        return None
+    try:
+        return parse_query_csv(stdout, source="`nvidia-smi -q` output")
+    except TopologyError as exc:
+        warnings.append(str(exc))
+        return None
 
 
 def _probe_query(run_command: RunCommand, smi: str, warnings: List[str]) -> Optional[Facts]:

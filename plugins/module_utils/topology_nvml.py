@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ansible_collections.llmops.vllm.plugins.module_utils.gpu_health import nvml_health
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     TopologyError,
     as_text,
@@ -126,6 +127,8 @@ def nvml_collect(nvml: Any, errors: List[str]) -> Dict[str, Any]:
             "numa_node": numa_node if isinstance(numa_node, int) and numa_node >= 0 else None,
             "cpu_affinity": cpulist(cpus) if cpus else None,
             "nvlinks": nvlinks,
+            # Quiet: "Not Supported" (ECC on GeForce, retired pages on Hopper) is an answer, not an error.
+            "health": nvml_health(call, nvml, handle, label),
         })
 
     gpus = snapshot["gpus"]
@@ -183,7 +186,8 @@ def nvml_snapshot(nvml_module: Any = None) -> Optional[Dict[str, Any]]:
     ``build_topology(nvml=...)`` in tests. Keys: ``driver_version``, ``cuda_version``, ``gpus``
     (per device: ``index``, ``name``, ``uuid``, ``bus_id``, ``memory_bytes``,
     ``compute_capability``, ``pcie``, ``numa_node`` (None when "Not Supported", as in VMs),
-    ``cpu_affinity`` (cpulist), ``nvlinks`` (active links with the remote's bus id and type)),
+    ``cpu_affinity`` (cpulist), ``nvlinks`` (active links with the remote's bus id and type),
+    ``health`` (gpu_health.nvml_health)),
     ``links`` (GPU x GPU in ``gpus`` order, in `topo -m` words: "NV<n>" for active NVLinks, else
     PIX/PXB/PHB/NODE/SYS from the common PCIe ancestor) and ``errors`` (the NVML calls that
     failed and why). ``nvml_module`` replaces ``pynvml`` (tests).

@@ -15,6 +15,7 @@ import csv
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, cast
 
+from ansible_collections.llmops.vllm.plugins.module_utils.gpu_health import smi_q_health
 from ansible_collections.llmops.vllm.plugins.module_utils.topology_common import (
     MIB,
     TopologyError,
@@ -85,8 +86,10 @@ class ComputeApp(TypedDict):
 
 # One CSV row: column name -> (value, unit from the header or None).
 _Columns = Dict[str, Tuple[str, Optional[str]]]
-# One `nvidia-smi -q` section: path of names -> value.
+# One `nvidia-smi -q` section: path of names -> value (the first of repeated paths), and all its
+# (path, value) entries in order (the Processes section repeats its keys once per process).
 _Section = Dict[Tuple[str, ...], str]
+_Entries = List[Tuple[Tuple[str, ...], str]]
 _SMI_Q_GPU_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 
 
@@ -262,19 +265,20 @@ def parse_compute_apps_csv(text: Optional[str], source: str = "compute process q
     return apps
 
 
-def _smi_q_sections(lines: Sequence[str]) -> Tuple[_Section, List[Tuple[str, _Section]]]:
-    """``nvidia-smi -q`` as (top-level values, [(bus id, {path tuple: value})]) by indentation."""
+def _smi_q_sections(lines: Sequence[str]) -> Tuple[_Section, List[Tuple[str, _Section, _Entries]]]:
+    """``nvidia-smi -q`` as (top-level values, [(bus id, {path tuple: value}, [(path, value)])]) by indentation."""
     top: _Section = {}
-    gpus: List[Tuple[str, _Section]] = []
+    gpus: List[Tuple[str, _Section, _Entries]] = []
     stack: List[Tuple[int, str]] = []  # (indent, section name)
     current = top
+    entries: _Entries = []
     for line in lines:
         if not line.strip() or line.startswith("="):
             continue
         match = _SMI_Q_GPU_RE.match(line)
         if match:
-            current = {}
-            gpus.append((match.group(1), current))
+            current, entries = {}, []
+            gpus.append((match.group(1), current, entries))
             stack = []
             continue
         indent = len(line) - len(line.lstrip())
@@ -285,6 +289,7 @@ def _smi_q_sections(lines: Sequence[str]) -> Tuple[_Section, List[Tuple[str, _Se
             key, value = body.split(":", 1)
             path = tuple(name for _indent, name in stack) + (key.strip(),)
             current.setdefault(path, value.strip())
+            entries.append((path, value.strip()))
         else:
             stack.append((indent, body))
     return top, gpus
@@ -305,7 +310,7 @@ def _parse_nvidia_smi_q(lines: Sequence[str], source: str) -> Dict[str, Any]:
     gpus: List[Dict[str, Any]] = []
     # nvidia-smi's index is its enumeration order, which is PCI bus order: the order of the
     # sections. ("Minor Number" is the /dev/nvidiaN number, not the index.)
-    for index, (bus_id, values) in enumerate(sections):
+    for index, (bus_id, values, entries) in enumerate(sections):
         value = _section_reader(values)
         gpu = _empty_query_gpu(index)
         gpu["name"] = value("Product Name")
@@ -319,6 +324,7 @@ def _parse_nvidia_smi_q(lines: Sequence[str], source: str) -> Dict[str, Any]:
                                 int_or_none(value(*link + ("Link Width", "Current"))),
                                 int_or_none(value(*link + ("Link Width", "Max"))))
         gpu["driver_version"] = None if is_missing(top.get(("Driver Version",))) else top[("Driver Version",)]
+        gpu["health"] = smi_q_health(value, entries)
         gpus.append(gpu)
     cuda = top.get(("CUDA Version",))
     return {"format": "nvidia-smi-q", "gpus": gpus,

@@ -18,13 +18,16 @@ description:
     link (generation and width, current and maximum).
   - How every pair of GPUs is linked, in the words of C(nvidia-smi topo -m) (V(NV18), V(PIX),
     V(PXB), V(PHB), V(NODE), V(SYS)), and which NUMA node and CPUs each GPU belongs to.
-  - It runs C(nvidia-smi topo -m), C(nvidia-smi --query-gpu=... --format=csv) and C(numactl -H)
-    (when installed), reads C(/sys/bus/pci/devices) and C(/sys/devices/system/node), and asks NVML
+  - It runs C(nvidia-smi topo -m), C(nvidia-smi --query-gpu=... --format=csv), C(nvidia-smi -q) (GPU health)
+    and C(numactl -H) (when installed), reads C(/sys/bus/pci/devices) and C(/sys/devices/system/node), and asks NVML
     through the C(pynvml) Python module (package C(nvidia-ml-py)) when it is importable.
   - The sources are merged with a fixed order of trust for each GPU's NUMA node (NVML, then sysfs
     unless it says -1, then C(nvidia-smi topo -m)); RV(gpus[].numa_source) says which one was used
     and RV(topology_warnings) says where the sources disagree.
   - A host without C(nvidia-smi) is a CPU-only host; the module then returns no GPUs, not an error.
+  - Each GPU's RV(gpus[].health) holds ECC error counts, retired pages and remapped rows, MIG and
+    persistence mode, clock throttle reasons and the processes on it (with the systemd unit of each,
+    read from C(/proc/<pid>/cgroup)), and the problems found (docs/gpu-health.md).
   - Instead of probing, the module can parse captured outputs (O(topo_text), O(query_text),
     O(numactl_text), O(sysfs_root)); when any of them is given, it runs no command and does not
     use NVML.
@@ -198,6 +201,123 @@ gpus:
           description: V(true) only when the width is below its maximum; V(null) when a width is unknown.
           type: bool
           sample: false
+    health:
+      description:
+        - The GPU's health, from C(nvidia-smi -q) and NVML (C(nvidia-smi -q) first, NVML fills what it lacks).
+        - Each field is V(null) where no source can tell (ECC on a GeForce card, retired pages on Hopper, a VM).
+        - The preflight refuses or warns on RV(gpus[].health.problems) of the GPUs it plans to use (docs/gpu-health.md).
+        - V(null) for a GPU no source with health facts lists (for example a C(--query-gpu) CSV capture).
+      type: dict
+      returned: always
+      contains:
+        persistence_mode:
+          description: Persistence mode is on.
+          type: bool
+          sample: true
+        mig_mode:
+          description: MIG mode is on now.
+          type: bool
+          sample: false
+        mig_mode_pending:
+          description: MIG mode after the next GPU reset.
+          type: bool
+          sample: false
+        ecc_mode:
+          description: ECC is on.
+          type: bool
+          sample: true
+        ecc_uncorrected_volatile:
+          description: Uncorrected ECC errors since the driver loaded (SRAM and DRAM, or the Double Bit total on older GPUs).
+          type: int
+          sample: 0
+        ecc_uncorrected_aggregate:
+          description: Uncorrected ECC errors over the GPU's life (informational; a remapped past error is no fault).
+          type: int
+          sample: 0
+        retired_pages:
+          description: Memory pages retired (single and double bit), on GPUs that retire pages (Volta and older).
+          type: int
+          sample: 0
+        retired_pages_pending:
+          description: A page waits for retirement, which happens at the next GPU reset.
+          type: bool
+          sample: false
+        remapped_rows_uncorrectable:
+          description: Rows remapped for uncorrectable errors (A100 and later).
+          type: int
+          sample: 0
+        remapped_rows_pending:
+          description: A row remap waits for the next GPU reset.
+          type: bool
+          sample: false
+        remapped_rows_failure:
+          description: Row remapping has failed; the GPU cannot hide bad memory any more.
+          type: bool
+          sample: false
+        throttle_reasons:
+          description:
+            - The clock throttle (event) reasons active now, in snake case (C(Clocks Event Reasons) or
+              C(Clocks Throttle Reasons) of C(nvidia-smi -q), or NVML's bit mask).
+          type: list
+          elements: str
+          sample: [idle]
+        processes:
+          description: The processes on the GPU (compute and graphics); V([]) for none.
+          type: list
+          elements: dict
+          contains:
+            pid:
+              description: Process id (on the host).
+              type: int
+              sample: 4242
+            type:
+              description: V(C) compute, V(G) graphics, V(C+G) both (as C(nvidia-smi) prints it).
+              type: str
+              sample: C
+            name:
+              description: Process name; V(null) from NVML.
+              type: str
+              sample: /opt/venv/bin/python3
+            used_memory_mib:
+              description: GPU memory it holds, MiB; V(null) when not reported.
+              type: int
+              sample: 70112
+            unit:
+              description: The systemd unit of its cgroup (live probe only).
+              type: str
+              sample: vllm-llama.service
+            ancestors:
+              description: Its parent pids up to init (live probe only), so a worker counts as its server's.
+              type: list
+              elements: int
+              sample: [4200, 1]
+        problems:
+          description:
+            - What the checks find with nothing allowed and nothing waived (the preflight re-checks with the
+              unit being retired allowed and the waivers applied).
+          type: list
+          elements: dict
+          contains:
+            check:
+              description: The check's name, the one a waiver lists.
+              type: str
+              choices: [ecc_uncorrected, retired_pages_pending, row_remap_pending, row_remap_failure, mig_mode,
+                        link_width, foreign_process, persistence_mode, clocks_throttle]
+              sample: link_width
+            severity:
+              description: V(refuse) stops a rollout before anything is stopped, V(warn) only says it.
+              type: str
+              choices: [refuse, warn]
+              sample: refuse
+            waived:
+              description: Waived by name (always V(false) here).
+              type: bool
+              sample: false
+            message:
+              description: GPU index, check, measured values, what to do and how to waive it.
+              type: str
+              sample: "GPU 0: link_width - PCIe link width x8 is below its maximum x16 (generation 1 of 5): check the slot,
+                riser or bifurcation setting; waive with preflight_gpu_health_waive: [link_width]"
   sample:
     - index: 0
       name: NVIDIA H200
@@ -302,7 +422,7 @@ sources:
   returned: always
   type: list
   elements: str
-  sample: [topo, query-csv, numactl, sysfs, nvml]
+  sample: [topo, query-csv, numactl, sysfs, nvml, nvidia-smi-q]
 topology_warnings:
   description:
     - The topology's own warnings (the C(warnings) key of C(llmops-vllm topology --json)), for

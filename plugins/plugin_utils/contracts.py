@@ -396,6 +396,41 @@ class Pcie(_Result):
     degraded: Optional[bool] = None
 
 
+class GpuHealthProcess(_Result):
+    """A process on a GPU (module_utils/gpu_health.py); unit and ancestors only from a live probe."""
+    pid: int
+    type: Optional[str] = None
+    name: Optional[str] = None
+    used_memory_mib: Optional[int] = None
+    unit: Optional[str] = None
+    ancestors: Optional[List[int]] = None
+
+
+class GpuHealthProblem(_Result):
+    check: str
+    severity: Literal["refuse", "warn"]
+    waived: bool = False
+    message: str
+
+
+class GpuHealth(_Result):
+    """gpus[].health of gpu_topology_info (module_utils/gpu_health.py); None where the source cannot tell."""
+    persistence_mode: Optional[bool] = None
+    mig_mode: Optional[bool] = None
+    mig_mode_pending: Optional[bool] = None
+    ecc_mode: Optional[bool] = None
+    ecc_uncorrected_volatile: Optional[int] = None
+    ecc_uncorrected_aggregate: Optional[int] = None
+    retired_pages: Optional[int] = None
+    retired_pages_pending: Optional[bool] = None
+    remapped_rows_uncorrectable: Optional[int] = None
+    remapped_rows_pending: Optional[bool] = None
+    remapped_rows_failure: Optional[bool] = None
+    throttle_reasons: Optional[List[str]] = None
+    processes: Optional[List[GpuHealthProcess]] = None
+    problems: List[GpuHealthProblem] = Field(default_factory=list)
+
+
 class GpuInfo(Gpu):
     """A GPU as gpu_topology_info returns it: the keys the planner reads (:class:`Gpu`) and the rest."""
     model_config = ConfigDict(extra="forbid")
@@ -403,6 +438,7 @@ class GpuInfo(Gpu):
     numa_source: Optional[str] = None
     cpu_affinity: Optional[str] = None
     pcie: Pcie
+    health: Optional[GpuHealth] = None
 
 
 class NumaNode(_Result):

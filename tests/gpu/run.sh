@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check the probes and the planner on a real GPU host, in one call (tests/gpu/README.md):
 #   captures raw nvidia-smi / numactl / sysfs / NVML outputs, runs llmops.vllm.gpu_topology_info
-#   through ansible-playbook on localhost (NVML path and nvidia-smi path, normal and check mode),
+#   through ansible-playbook on localhost (NVML path and nvidia-smi path, normal and check mode, and
+#   health_busy.yml while one CUDA process holds 1 GiB on the last GPU: gpus[].health must name it),
 #   plans fixture models against the live facts, and packs it all into $OUT/gpu-check.tar.gz.
 # Needs: the carried wheel directory .gpu-wheels (tests/gpu/prepare.sh: ansible-core, pydantic and
 # nvidia-ml-py for CPython 3.12; the machine's own python3 may lack pynvml), python3, nvidia-smi.
@@ -38,7 +39,7 @@ PY=$WORK/venv/bin/python
 log "NVML snapshot"
 "$PY" - > "$RAW/nvml-snapshot.json" <<'PYEOF'
 import json
-from ansible_collections.llmops.vllm.plugins.module_utils.topology import nvml_snapshot
+from ansible_collections.llmops.vllm.plugins.module_utils.topology_nvml import nvml_snapshot
 print(json.dumps(nvml_snapshot(), indent=1, sort_keys=True))
 PYEOF
 
@@ -47,6 +48,27 @@ log "gpu_topology_info through ansible-playbook"
   -e "out_dir=$WORK/module ansible_python_interpreter=$PY" > "$WORK/module/ansible-playbook.log" 2>&1
 echo "ansible-playbook rc=$?" >> "$WORK/module/ansible-playbook.log"
 tail -5 "$WORK/module/ansible-playbook.log"
+
+log "health: one CUDA process holds 1 GiB on the last GPU (memory only; no GPU setting is changed)"
+HOLDER_READY=$WORK/holder-ready
+# The machine's own python3 (torch is in its venv, not in the one made here).
+python3 -c '
+import sys, time, torch
+gpu = torch.cuda.device_count() - 1
+block = torch.empty(1 << 28, dtype=torch.float32, device="cuda:%d" % gpu)
+open(sys.argv[1], "w").write("%d\n" % gpu)
+time.sleep(120)
+' "$HOLDER_READY" > "$WORK/module/holder.log" 2>&1 &
+HOLDER=$!
+for _ in $(seq 60); do [ -s "$HOLDER_READY" ] && break; sleep 1; done
+echo "holder pid $HOLDER on GPU $(cat "$HOLDER_READY" 2>/dev/null)" | tee -a "$WORK/module/holder.log"
+nvidia-smi -q > "$RAW/nvidia-smi-q-busy.txt" 2>&1
+cat "/proc/$HOLDER/cgroup" > "$RAW/holder-cgroup.txt" 2>&1
+"$WORK/venv/bin/ansible-playbook" -i localhost, -c local tests/gpu/health_busy.yml \
+  -e "out_dir=$WORK/module ansible_python_interpreter=$PY" > "$WORK/module/health-busy.log" 2>&1
+echo "ansible-playbook rc=$?" >> "$WORK/module/health-busy.log"
+tail -3 "$WORK/module/health-busy.log"
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
 
 log "plans against the live facts"
 for spec in meta-llama__Meta-Llama-3.1-8B:meta-llama/Llama-3.1-8B-Instruct \

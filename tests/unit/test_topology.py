@@ -38,6 +38,7 @@ MIB = 1 << 20
 RTXPRO_TOPO = "8x-rtxpro6000-bw-server-pcie-2numa-asus-esc8000a-e13p.txt"
 H100_TOPO = "8x-h100-sxm-nv18-2numa-8mlx5.txt"
 H200_TOPO = "2x-h200-sxm-nv18-1numa-vm.txt"
+H200_SMI_Q = FIXTURES / "gpu" / "2x-h200-2026-11-30" / "raw" / "nvidia-smi-q.txt"
 
 
 def fixture(path):
@@ -185,6 +186,10 @@ def test_h200_vm():
     assert result["sources"] == ["topo", "query-csv", "numactl"]
     assert result["warnings"] == []
     first = result["gpus"][0]
+    # A --query-gpu CSV says nothing about health: every field unknown, nothing refused.
+    health = first.pop("health")
+    assert set(value for key, value in health.items() if key != "problems") == {None}
+    assert health["problems"] == []
     assert first == {
         "index": 0,
         "name": "NVIDIA H200",
@@ -913,6 +918,7 @@ def test_probe_h200(tmp_path, no_nvml):
         {
             ("/usr/bin/nvidia-smi", "topo"): (0, topo(H200_TOPO), ""),
             ("/usr/bin/nvidia-smi",): (0, gpuinfo("query-gpu-csv__2x-h200.txt"), ""),
+            ("/usr/bin/nvidia-smi", "-q"): (0, fixture(H200_SMI_Q), ""),
             ("/usr/bin/numactl", "-H"): (0, gpuinfo("numactl-H__2x-h200-vm.txt"), ""),
         }
     )
@@ -929,9 +935,15 @@ def test_probe_h200(tmp_path, no_nvml):
         "--query-gpu=" + ",".join(QUERY_FIELDS),
         "--format=csv",
     ]
-    assert run.seen[2] == ["/usr/bin/numactl", "-H"]
+    assert run.seen[2] == ["/usr/bin/nvidia-smi", "-q"]
+    assert run.seen[3] == ["/usr/bin/numactl", "-H"]
     assert result["gpu_count"] == 2 and result["interconnect"] == "nvlink"
-    assert result["sources"] == ["topo", "query-csv", "numactl", "sysfs"]
+    # Health from `nvidia-smi -q` of the same VM kind, matched by bus id: all well, nothing refused.
+    for gpu in result["gpus"]:
+        assert gpu["health"]["persistence_mode"] is True and gpu["health"]["mig_mode"] is False
+        assert gpu["health"]["ecc_uncorrected_volatile"] == 0 and gpu["health"]["throttle_reasons"] == ["idle"]
+        assert gpu["health"]["processes"] == [] and gpu["health"]["problems"] == []
+    assert result["sources"] == ["topo", "query-csv", "numactl", "sysfs", "nvidia-smi-q"]
     assert [(gpu["numa_node"], gpu["numa_source"]) for gpu in result["gpus"]] == [(0, "topo"), (0, "topo")]
     assert result["host"] == {"memory_bytes": 4811556 * 1024, "cpu_count": 32}
     assert result["warnings"] == []
