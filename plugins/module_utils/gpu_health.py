@@ -43,6 +43,7 @@ __all__ = [
     "add_process_origins",
     "health_problems",
     "check_waivers",
+    "preflight_health",
 ]
 
 REFUSE = ("ecc_uncorrected", "retired_pages_pending", "row_remap_pending", "row_remap_failure", "mig_mode",
@@ -361,3 +362,39 @@ def check_waivers(waive: Any, variable: str = WAIVE_VARIABLE) -> List[str]:
         raise GpuHealthError("%s: unknown check name(s) %s; known: %s"
                              % (variable, ", ".join(repr(name) for name in unknown), ", ".join(CHECKS)))
     return [str(name) for name in waive]
+
+
+def preflight_health(topology: Any, gpu_indices: Any, current_unit: Optional[str] = None, takeover_pid: Any = None,
+                     waive: Any = None, variable: str = WAIVE_VARIABLE) -> Dict[str, List[str]]:
+    """The health verdict on the GPUs a plan uses, for the preflight: {refuse, warn, waived, checked}.
+
+    ``topology`` is gpu_topology_info's result, ``gpu_indices`` the plan's GPUs (none on a CPU-only
+    host: nothing to check). Compute processes of ``current_unit`` (the unit this rollout retires)
+    and of ``takeover_pid`` or its children (the server taken over) are not foreign. ``waive``:
+    check names whose problems are only listed under ``waived``. Raises GpuHealthError on bad input.
+    """
+    waived = check_waivers(waive, variable)
+    if not isinstance(gpu_indices, (list, tuple)) or not all(isinstance(index, int) for index in gpu_indices):
+        raise GpuHealthError("gpu_indices: %r is not a list of GPU indices; pass the plan's gpu_indices" % (gpu_indices,))
+    verdict: Dict[str, List[Any]] = {"refuse": [], "warn": [], "waived": [], "checked": []}
+    if not gpu_indices:
+        return verdict
+    if not isinstance(topology, Mapping) or not isinstance(topology.get("gpus"), list):
+        raise GpuHealthError("topology: expected gpu_topology_info's result (a dict with `gpus`), got %s; "
+                             "register the gpu_topology_info task and pass that" % type(topology).__name__)
+    by_index = {gpu.get("index"): gpu for gpu in topology["gpus"] if isinstance(gpu, Mapping)}
+    missing = [index for index in gpu_indices if index not in by_index]
+    if missing:
+        raise GpuHealthError("gpu_indices: GPUs %s are planned but gpu_topology_info lists only %s; re-plan on "
+                             "this host's facts" % (missing, sorted(index for index in by_index if isinstance(index, int))))
+    try:
+        pids = [int(takeover_pid)] if takeover_pid not in (None, "") else []
+    except (TypeError, ValueError):
+        raise GpuHealthError("takeover_pid: %r is not a process id" % (takeover_pid,))
+    for index in gpu_indices:
+        for problem in health_problems(by_index[index], allowed_units=[current_unit] if current_unit else [],
+                                       allowed_pids=pids, waive=waived, variable=variable):
+            key = "waived" if problem["waived"] else problem["severity"]
+            verdict[key].append(problem["message"])
+        verdict["checked"].append(index)
+    return verdict

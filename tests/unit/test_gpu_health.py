@@ -5,6 +5,8 @@ whose name has `.edited.` differ from a real one in the lines SOURCES.md names.
 """
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,11 +18,13 @@ from ansible_collections.llmops.vllm.plugins.module_utils.gpu_health import (
     check_waivers,
     health_problems,
     nvml_health,
+    preflight_health,
 )
 from ansible_collections.llmops.vllm.plugins.module_utils.topology import build_topology, probe
 from ansible_collections.llmops.vllm.plugins.module_utils.vllm_process import parse_cgroup
 from replay_data import FIXTURES, read
 
+ROOT = os.path.dirname(os.path.dirname(FIXTURES))
 HEALTH = os.path.join(FIXTURES, "gpu_health")
 H200_Q = os.path.join(FIXTURES, "gpu", "2x-h200-2026-11-30", "raw", "nvidia-smi-q.txt")
 LENT = "h200-lent-2026-12-01"
@@ -314,3 +318,115 @@ def test_host_without_gpus_has_no_health_to_check(tmp_path):
 
     result = probe(run, use_nvml="never", sysfs_root=str(tmp_path), nvidia_smi_path="", numactl_path="")
     assert result["gpus"] == [] and result["gpu_count"] == 0
+
+
+# --- the preflight: plan's GPUs, the unit being retired, waivers -------------------------------
+
+def test_preflight_checks_only_the_planned_gpus():
+    topology = build_topology(query_text=capture("8x-h100-535-process-sw-thermal.txt"))
+    assert preflight_health(topology, [0, 1]) == {"refuse": [], "warn": [], "waived": [], "checked": [0, 1]}
+    verdict = preflight_health(topology, [2, 3])
+    assert verdict["checked"] == [2, 3] and len(verdict["refuse"]) == 1 and len(verdict["warn"]) == 1
+    assert verdict["refuse"][0].startswith("GPU 2: foreign_process - GPU memory is held by pid 1002127")
+
+
+def test_preflight_allows_the_unit_being_retired_and_the_takeover():
+    topology = build_topology(query_text=capture("8x-h100-535-process-sw-thermal.txt"))
+    topology["gpus"][2]["health"]["processes"][0].update(unit="vllm-llama.service", ancestors=[1002000, 1])
+    assert preflight_health(topology, [2], current_unit="vllm-llama.service")["refuse"] == []
+    assert preflight_health(topology, [2], takeover_pid="1002000")["refuse"] == []
+    assert len(preflight_health(topology, [2], current_unit="vllm-qwen.service")["refuse"]) == 1
+
+
+def test_preflight_waivers_move_problems_to_waived():
+    topology = build_topology(query_text=capture("l4-550-x8-of-x16.txt"))
+    verdict = preflight_health(topology, [0], waive=["link_width"], variable="rollout_gpu_health_waive")
+    assert verdict["refuse"] == [] and len(verdict["waived"]) == 1
+    assert "x8 is below its maximum x16" in verdict["waived"][0]
+
+
+def test_preflight_on_a_host_without_gpus_is_a_no_op():
+    empty = {"gpus": [], "gpu_count": 0}
+    assert preflight_health(empty, []) == {"refuse": [], "warn": [], "waived": [], "checked": []}
+    assert preflight_health(None, []) == {"refuse": [], "warn": [], "waived": [], "checked": []}
+
+
+@pytest.mark.parametrize("args, error", [
+    (({"gpus": []}, [0]), "gpu_indices: GPUs [0] are planned but gpu_topology_info lists only []"),
+    (({"gpus": []}, "0,1"), "gpu_indices: '0,1' is not a list"),
+    (("facts", [0]), "topology: expected gpu_topology_info's result"),
+])
+def test_preflight_bad_input_says_what_to_pass(args, error):
+    with pytest.raises(GpuHealthError) as caught:
+        preflight_health(*args)
+    assert str(caught.value).startswith(error)
+
+
+PLAY_VARS = {"preflight_model": {"repo_id": "meta-llama/Llama-3.1-8B-Instruct"}, "preflight_current": {},
+             "preflight_takeover": {}, "preflight_gpu_health_waive": []}
+
+
+def run_health_tasks(tmp_path, topology, plan, **extra):
+    """roles/preflight/tasks/health.yml in a play on localhost; returns (rc, output)."""
+    play = [{"hosts": "localhost", "gather_facts": False,
+             "vars": dict(PLAY_VARS, preflight_topology=topology, preflight_plan=plan, **extra),
+             "tasks": [{"ansible.builtin.import_tasks": os.path.join(ROOT, "roles", "preflight", "tasks", "health.yml")}]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    env = {"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "PATH": "%s:/usr/bin:/bin" % os.path.dirname(sys.executable),
+           "HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8"}
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.ansible
+def test_role_tasks_refuse_warn_waive_and_skip(tmp_path):
+    """The preflight's health tasks: a refusal names the GPU, check, values and waiver; a waiver lets it
+    pass with a 'waived:' line; a CPU-only plan (no GPUs) skips all three tasks."""
+    l4 = build_topology(query_text=capture("l4-550-x8-of-x16.txt"))
+    rc, out = run_health_tasks(tmp_path, l4, {"gpu_indices": [0]})
+    assert rc == 2, out
+    assert "nothing was touched" in out and "GPU 0: link_width - PCIe link width x8 is below its maximum x16" in out
+    assert "waive with preflight_gpu_health_waive (rollout_gpu_health_waive in a rollout): [link_width]" in out
+    rc, out = run_health_tasks(tmp_path, l4, {"gpu_indices": [0]}, preflight_gpu_health_waive=["link_width"])
+    assert rc == 0 and "waived: GPU 0: link_width" in out, out
+    rc, out = run_health_tasks(tmp_path, {"gpus": [], "gpu_count": 0}, {"gpu_indices": []})
+    assert rc == 0 and "skipped=3" in out, out
+
+
+@pytest.mark.ansible
+def test_module_reads_the_unit_and_parents_of_a_process_on_a_gpu(tmp_path):
+    """gpu_topology_info on this host with an nvidia-smi stand-in that prints the 8x H100 capture with a
+    live process (a sleep started here) in place of pid 1002127: the module reads that process's cgroup
+    unit and parents from the real /proc."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with open("/proc/%d/cgroup" % sleeper.pid) as handle:
+            unit = parse_cgroup(handle.read())[1]
+        q = capture("8x-h100-535-process-sw-thermal.txt").replace("1002127", str(sleeper.pid))
+        (tmp_path / "q.txt").write_text(q)
+        (tmp_path / "topo.txt").write_text(read(os.path.join(FIXTURES, "topology", "8x-h100-sxm-nv18-2numa-8mlx5.txt")))
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text("#!/bin/sh\ncase \"$1\" in\n  topo) cat %s ;;\n  -q) cat %s ;;\n  *) exit 2 ;;\nesac\n"
+                       % (tmp_path / "topo.txt", tmp_path / "q.txt"))
+        smi.chmod(0o755)
+        play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+            {"llmops.vllm.gpu_topology_info": {"use_nvml": "never", "nvidia_smi_path": str(smi)}, "register": "found"},
+            {"ansible.builtin.copy": {"content": "{{ found | to_json }}", "dest": str(tmp_path / "out.json")}}]}]
+        (tmp_path / "play.yml").write_text(json.dumps(play))
+        env = {"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "PATH": "%s:/usr/bin:/bin" % os.path.dirname(sys.executable),
+               "HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8"}
+        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                               "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads((tmp_path / "out.json").read_text())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert "nvidia-smi-q" in result["sources"] and result["gpu_count"] == 8
+    [process] = result["gpus"][2]["health"]["processes"]
+    assert process["pid"] == sleeper.pid and process["unit"] == unit and process["ancestors"][0] == os.getpid()
+    assert [p["check"] for p in result["gpus"][2]["health"]["problems"]] == ["foreign_process", "clocks_throttle"]
+    assert all(gpu["health"]["problems"] == [] for gpu in result["gpus"] if gpu["index"] != 2)
