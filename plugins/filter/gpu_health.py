@@ -18,11 +18,11 @@ from ansible_collections.llmops.vllm.plugins.module_utils.gpu_health import (
 )
 
 
-def gpu_health(topology: Any, gpu_indices: Any, current_unit: Optional[str] = None, takeover_pid: Any = None,
+def gpu_health(topology: Any, gpu_indices: Any, current_unit: Optional[str] = None, allowed_pids: Any = None,
                waive: Any = None, variable: str = WAIVE_VARIABLE) -> Dict[str, List[Any]]:
     try:
         return preflight_health(topology, gpu_indices, current_unit=current_unit or None,
-                                takeover_pid=takeover_pid, waive=waive, variable=variable)
+                                allowed_pids=allowed_pids, waive=waive, variable=variable)
     except GpuHealthError as exc:
         raise AnsibleFilterError("gpu_health: %s" % exc)
 

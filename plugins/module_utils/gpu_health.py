@@ -364,13 +364,14 @@ def check_waivers(waive: Any, variable: str = WAIVE_VARIABLE) -> List[str]:
     return [str(name) for name in waive]
 
 
-def preflight_health(topology: Any, gpu_indices: Any, current_unit: Optional[str] = None, takeover_pid: Any = None,
+def preflight_health(topology: Any, gpu_indices: Any, current_unit: Optional[str] = None, allowed_pids: Any = None,
                      waive: Any = None, variable: str = WAIVE_VARIABLE) -> Dict[str, List[str]]:
     """The health verdict on the GPUs a plan uses, for the preflight: {refuse, warn, waived, checked}.
 
     ``topology`` is gpu_topology_info's result, ``gpu_indices`` the plan's GPUs (none on a CPU-only
     host: nothing to check). Compute processes of ``current_unit`` (the unit this rollout retires)
-    and of ``takeover_pid`` or its children (the server taken over) are not foreign. ``waive``:
+    and ``allowed_pids`` or their children (the server taken over; in a stage, the foreign vLLM the
+    stage only warns about) are not foreign. ``waive``:
     check names whose problems are only listed under ``waived``. Raises GpuHealthError on bad input.
     """
     waived = check_waivers(waive, variable)
@@ -388,9 +389,9 @@ def preflight_health(topology: Any, gpu_indices: Any, current_unit: Optional[str
         raise GpuHealthError("gpu_indices: GPUs %s are planned but gpu_topology_info lists only %s; re-plan on "
                              "this host's facts" % (missing, sorted(index for index in by_index if isinstance(index, int))))
     try:
-        pids = [int(takeover_pid)] if takeover_pid not in (None, "") else []
+        pids = [int(pid) for pid in (allowed_pids or []) if pid not in (None, "")]
     except (TypeError, ValueError):
-        raise GpuHealthError("takeover_pid: %r is not a process id" % (takeover_pid,))
+        raise GpuHealthError("allowed_pids: %r is not a list of process ids" % (allowed_pids,))
     for index in gpu_indices:
         for problem in health_problems(by_index[index], allowed_units=[current_unit] if current_unit else [],
                                        allowed_pids=pids, waive=waived, variable=variable):

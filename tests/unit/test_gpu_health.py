@@ -334,7 +334,7 @@ def test_preflight_allows_the_unit_being_retired_and_the_takeover():
     topology = build_topology(query_text=capture("8x-h100-535-process-sw-thermal.txt"))
     topology["gpus"][2]["health"]["processes"][0].update(unit="vllm-llama.service", ancestors=[1002000, 1])
     assert preflight_health(topology, [2], current_unit="vllm-llama.service")["refuse"] == []
-    assert preflight_health(topology, [2], takeover_pid="1002000")["refuse"] == []
+    assert preflight_health(topology, [2], allowed_pids=["1002000"])["refuse"] == []
     assert len(preflight_health(topology, [2], current_unit="vllm-qwen.service")["refuse"]) == 1
 
 
@@ -355,6 +355,7 @@ def test_preflight_on_a_host_without_gpus_is_a_no_op():
     (({"gpus": []}, [0]), "gpu_indices: GPUs [0] are planned but gpu_topology_info lists only []"),
     (({"gpus": []}, "0,1"), "gpu_indices: '0,1' is not a list"),
     (("facts", [0]), "topology: expected gpu_topology_info's result"),
+    (({"gpus": [{"index": 0}]}, [0], None, ["me"]), "allowed_pids: ['me'] is not a list of process ids"),
 ])
 def test_preflight_bad_input_says_what_to_pass(args, error):
     with pytest.raises(GpuHealthError) as caught:
@@ -363,7 +364,8 @@ def test_preflight_bad_input_says_what_to_pass(args, error):
 
 
 PLAY_VARS = {"preflight_model": {"repo_id": "meta-llama/Llama-3.1-8B-Instruct"}, "preflight_current": {},
-             "preflight_takeover": {}, "preflight_gpu_health_waive": []}
+             "preflight_takeover": {}, "preflight_gpu_health_waive": [], "preflight_foreign_vllm": "refuse",
+             "preflight_processes": {"conflicts": []}}
 
 
 def run_health_tasks(tmp_path, topology, plan, **extra):
@@ -393,6 +395,16 @@ def test_role_tasks_refuse_warn_waive_and_skip(tmp_path):
     assert rc == 0 and "waived: GPU 0: link_width" in out, out
     rc, out = run_health_tasks(tmp_path, {"gpus": [], "gpu_count": 0}, {"gpu_indices": []})
     assert rc == 0 and "skipped=3" in out, out
+
+
+@pytest.mark.ansible
+def test_role_tasks_allow_the_takeover_and_in_a_stage_the_foreign_vllm(tmp_path):
+    h100 = build_topology(query_text=capture("8x-h100-535-process-sw-thermal.txt"))
+    rc, out = run_health_tasks(tmp_path, h100, {"gpu_indices": [2]}, preflight_takeover={"pid": 1002127})
+    assert rc == 0 and "warning: GPU 2: clocks_throttle" in out and "foreign_process" not in out, out
+    rc, out = run_health_tasks(tmp_path, h100, {"gpu_indices": [2]}, preflight_foreign_vllm="warn",
+                               preflight_processes={"conflicts": [{"pid": 1002127}]})
+    assert rc == 0 and "foreign_process" not in out, out
 
 
 @pytest.mark.ansible
