@@ -326,9 +326,9 @@ def health_problems(gpu: Mapping[str, Any], allowed_units: Iterable[str] = (), a
                       % ("enabled" if health.get("mig_mode_pending") else "disabled", index)))
     width, width_max = pcie.get("width_current"), pcie.get("width_max")
     if width is not None and width_max is not None and width < width_max:
+        generation = (_known(pcie.get("gen_current")), _known(pcie.get("gen_max")))
         found.append(("link_width", "PCIe link width x%d is below its maximum x%d (generation %s of %s): "
-                      "check the slot, riser or bifurcation setting" % (width, width_max, _known(pcie.get("gen_current")),
-                                                                      _known(pcie.get("gen_max")))))
+                      "check the slot, riser or bifurcation setting" % ((width, width_max) + generation)))
     processes = health.get("processes") or []
     foreign = [process for process in processes
                if (process.get("type") or "C") in _COMPUTE_TYPES and process.get("pid") not in pids
