@@ -14,7 +14,7 @@ short_description: Find the vLLM servers running on a host, and those this colle
 version_added: "0.2.0"
 description:
   - Reads C(/proc) for every vLLM API server (C(vllm serve ...), C(python -m vllm.entrypoints.openai.api_server),
-    C(python -m vllm.entrypoints.cli.main serve)): its pid, user, redacted command line, program and venv,
+    C(python -m vllm.entrypoints.cli.main serve)) - its pid, user, redacted command line, program and venv,
     working directory, the names of its environment, the addresses it listens on, the GPUs its process
     tree holds and where it runs from (its own unit, or a shell and the session unit around it).
   - A server is managed by this collection when it runs in the unit of a model the host state at

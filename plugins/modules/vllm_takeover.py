@@ -18,7 +18,7 @@ description:
     rollback apply to it.
   - O(state=present) writes C(vllm-<name>.service) that starts the running server again as it ran - its
     command line (first word made absolute), user and group, working directory and environment (minus
-    what a login shell adds) - and moves every secret to a C(0600) EnvironmentFile in O(env_dir): the
+    what a login shell adds) - and moves every secret to a C(0600) EnvironmentFile in O(env_dir) - the
     values of C(--api-key) (as C(VLLM_API_KEY)) and C(--hf-token) (as C(HF_TOKEN)), and environment
     variables named like C(*_TOKEN), C(*_KEY), C(*SECRET*), C(*PASSWORD*). The unit is written, not
     started; the process keeps serving. RV(entry) is the host state entry that records it
