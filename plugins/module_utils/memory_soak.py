@@ -84,9 +84,9 @@ def slope_per_minute(samples: Sequence[Tuple[float, float]]) -> float:
     count = len(samples)
     if count < 2:
         raise ValueError('a slope needs two samples or more, got %d' % count)
-    mean_t = sum(t for t, _ in samples) / count
-    mean_y = sum(y for _, y in samples) / count
-    spread = sum((t - mean_t) ** 2 for t, _ in samples)
+    mean_t = sum(sample[0] for sample in samples) / count
+    mean_y = sum(sample[1] for sample in samples) / count
+    spread = sum((sample[0] - mean_t) ** 2 for sample in samples)
     if spread == 0:
         raise ValueError('the samples were all taken at the same time')
     return 60.0 * sum((t - mean_t) * (y - mean_y) for t, y in samples) / spread

@@ -251,8 +251,9 @@ def present(module):
     module.exit_json(
         changed=changed, diff=diff, unit=result['unit'], unit_path=result['unit_path'], env_file=result['env_file'],
         secrets=result['secrets'], process=process, entry=result['entry'],
-        msg='%s pid %d over as %s (%s; secrets %s)' % (verb if changed else 'already took', server['pid'], result['unit'],
-                                                     process['started_from'], ', '.join(result['secrets']) or 'none'))
+        msg='%s pid %d over as %s (%s; secrets %s)' % (
+            verb if changed else 'already took', server['pid'], result['unit'], process['started_from'],
+            ', '.join(result['secrets']) or 'none'))
 
 
 def stopped(module):

@@ -110,7 +110,7 @@ def host(tmp_path):
 def test_the_recorded_entry_is_realistic(host):
     served = host.state["models"][NAME]
     assert sorted(served["plan"]) == sorted(host_state.PLAN_KEYS)
-    assert set(host_state.ENTRY_OPTIONAL) <= set(served)
+    assert set(host_state.ENTRY_OPTIONAL) - {"takeover"} <= set(served)  # takeover: only an entry taken over has it
     assert served["unit"] == UNIT and served["unit_sha1"] == hashlib.sha1(UNIT_TEXT.encode()).hexdigest()
     assert host_state.state_problems(host.state) == []
 
@@ -533,6 +533,13 @@ NOT_FINGERPRINTED = {
     "rollout_benchmark_min_ratio": "the benchmark gate runs only when something changes",
     "rollout_benchmark_at_concurrency": "the benchmark gate runs only when something changes",
     "rollout_force": "decides whether to check, not what results",
+    "rollout_benchmark_baseline_max_age": "the benchmark gate runs only when something changes",
+    "rollout_benchmark_allow_no_baseline": "the benchmark gate runs only when something changes",
+    "rollout_takeover": "a server taken over is never the desired state itself; only a change takes one over",
+    "rollout_takeover_name": "a server taken over is never the desired state itself; only a change takes one over",
+    "rollout_takeover_hardening": "a server taken over is never the desired state itself; only a change takes one over",
+    "rollout_takeover_env_dir": "a server taken over is never the desired state itself; only a change takes one over",
+    "rollout_gpu_health_waive": "the preflight runs only when something changes; the fast path restarts nothing",
     "vllm_install_timeout": "how long an install may take, not what it installs",
     "vllm_install_poll_interval": "how often progress is printed",
 }

@@ -16,7 +16,7 @@ from ansible_collections.llmops.vllm.plugins.module_utils import memory_soak
 def test_pss_of_a_real_tree_counts_the_child():
     child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(64 * 1024 * 1024); time.sleep(30)"])
     try:
-        for _ in range(50):  # until the child has touched its 64 MiB
+        for _attempt in range(50):  # until the child has touched its 64 MiB
             size = memory_soak.pss_kib(child.pid)
             if size and size > 60 * 1024:
                 break
