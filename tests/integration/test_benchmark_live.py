@@ -6,7 +6,7 @@ up, so no host is made and no vLLM installed for it):
 1. sandbox/up (idempotent) and tiny-llama on llmops-2 (playbooks/rollout.yml; a host that already serves
    it stops at the fast path); sweep it with playbooks/benchmark.yml
    (levels 1 and 4, 16 prompt tokens, 8 generated, requests per level by the default max(4 x level, 16));
-2. roll out tiny-qwen3 with an API key, sweep it with the role itself (12 requests per level, the key
+2. roll out tiny-qwen3 with an API key, sweep it with the role itself (the same 16 requests per level, the key
    through benchmark_api_key, -vvv, every process on the host watched while it runs) and compare it with
    tiny-llama through benchmark_report twice: a gate it passes and one it cannot pass.
 Around each sweep the server's own counter vllm:generation_tokens_total is read from the controller:
@@ -134,7 +134,6 @@ QWEN_PLAY = """---
         benchmark_levels: {levels}
         benchmark_input_len: {input_len}
         benchmark_output_len: {output_len}
-        benchmark_num_prompts: 12
         benchmark_meta:
           name: "{{{{ current.name }}}}"
           repo_id: "{{{{ current.repo_id }}}}"
@@ -272,7 +271,8 @@ def test_role_result_and_report_comparing_two_models(scenario):
     result, passed, failed = scenario["result"], scenario["passed"], scenario["failed"]
     assert result["name"] == "tiny-qwen3" and result["url"] == result["url"].rstrip("/")
     assert os.path.isfile(result["path"]) and benchmark.load_run(result["path"])["levels"] == result["levels"]
-    assert [row["num_prompts"] for row in result["levels"]] == [12] * len(LEVELS)
+    # the same workload as the tiny-llama sweep (the default request count): only such runs are compared
+    assert [row["num_prompts"] for row in result["levels"]] == [max(4 * level, 16) for level in sorted(LEVELS)]
 
     assert passed["passed"] is True and passed.get("failed", False) is False
     assert passed["at_concurrency"] == max(LEVELS) and passed["previous_run"].endswith("-tiny-llama.json")
