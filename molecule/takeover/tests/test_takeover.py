@@ -138,7 +138,9 @@ def adhoc(module, args):
                           env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                                    ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal"))
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout.split("=>", 1)[1])
+    # "llmops-2 | CHANGED => {...}"; warnings before it may hold "=>" too
+    text = done.stdout[done.stdout.index("llmops-2 | "):]
+    return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
 
 
 def test_a_server_in_a_unit_of_another_name_is_taken_over_and_stopped_through_that_unit(host):
