@@ -459,6 +459,7 @@ def analyze(config: Any, hf_quant_config: Optional[Json] = None, index: Optional
         "dtype": str(_first(cfg, "torch_dtype", "dtype", default=_first(config, "torch_dtype", "dtype", default="bfloat16"))),
         "mtp_layers": mtp,
         "remote_code": bool(config.get("auto_map")),
+        "remote_code_files": remote_code_files(config),
         "max_position_embeddings": int(max_pos) if max_pos else None,
         "parameters_estimated": sum(params.values()),
         "weights_bytes": int(weights),
@@ -466,6 +467,24 @@ def analyze(config: Any, hf_quant_config: Optional[Json] = None, index: Optional
         "weights_source": source,
         "expert_weights_fraction": round(expert_fraction, 6),
     }
+
+
+def remote_code_files(config: Json) -> List[str]:
+    """The Python files of the checkpoint that ``--trust-remote-code`` would run, from ``auto_map``.
+
+    Values are ``module.Class`` (a file in the checkpoint), ``org/repo--module.Class`` (a file of
+    another repository) or a list of those (tokenizers: slow and fast class).
+    """
+    auto_map = config.get("auto_map")
+    files = set()
+    for value in (auto_map.values() if isinstance(auto_map, dict) else ()):
+        for reference in (value if isinstance(value, list) else [value]):
+            if not isinstance(reference, str) or "." not in reference:
+                continue
+            repo, _, module = reference.rpartition("--")
+            path = module.rsplit(".", 1)[0].replace(".", "/") + ".py"
+            files.add("%s:%s" % (repo, path) if repo else path)
+    return sorted(files)
 
 
 def model_facts(path: str) -> Json:

@@ -201,6 +201,14 @@ remote_code:
   returned: success
   type: bool
   sample: true
+remote_code_files:
+  description:
+    - The checkpoint's Python files that C(--trust-remote-code) would run, from C(auto_map)
+      (C(org/repo:path) for a file of another repository). Empty without C(auto_map).
+  returned: success
+  type: list
+  elements: str
+  sample: [modeling_deepseek.py, configuration_deepseek.py]
 max_position_embeddings:
   description: The model's maximum context.
   returned: success

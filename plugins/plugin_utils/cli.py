@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_plan.add_argument("--reasoning-parser", help="a parser name, or none")
     p_plan.add_argument("--numa-bind", choices=("auto", "vllm", "numactl", "off"), default="auto")
     p_plan.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
+    p_plan.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the checkpoint's own code (auto_map) when vLLM has no native implementation; "
+                             "never switched on by the planner itself")
     p_plan.add_argument("--json", action="store_true")
 
     p_valid = sub.add_parser("validate", help="check the desired state (vllm_model) of every host of an inventory")
@@ -177,6 +180,7 @@ def make_plan(args: argparse.Namespace) -> Tuple[contracts.ServingPlan, Dict[str
         "gpus": _gpu_list(args.gpus) if args.gpus else None,
         "tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
         "numa_bind": args.numa_bind, "enforce_eager": args.enforce_eager,
+        "trust_remote_code": args.trust_remote_code,
     }
     if args.min_sequences is not None:
         request["min_sequences"] = args.min_sequences

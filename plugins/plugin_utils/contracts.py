@@ -231,6 +231,7 @@ class ModelFacts(_Facts):
     dtype: Optional[str] = None
     mtp_layers: int = 0
     remote_code: bool = False
+    remote_code_files: List[str] = Field(default_factory=list)
     max_position_embeddings: Optional[int] = None
     parameters_estimated: Optional[int] = None
     weights_bytes: int

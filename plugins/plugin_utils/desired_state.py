@@ -124,6 +124,9 @@ class DesiredModel(BaseModel):
     @classmethod
     def _extra_args(cls, value: List[str]) -> List[str]:
         for arg in value:
+            if arg.split("=", 1)[0] in ("--trust-remote-code", "--no-trust-remote-code"):
+                raise ValueError("%s: set plan: {trust_remote_code: true} instead, so the planner knows the "
+                                 "checkpoint's own code runs (and says which files)" % arg)
             if arg.split("=", 1)[0] in ("--api-key", "--hf-token"):
                 raise ValueError("%s would put a secret in the unit's command line; set rollout_api_key / "
                                  "rollout_hub_token (no_log; the API key goes to a 0600 environment file) instead" % arg)

