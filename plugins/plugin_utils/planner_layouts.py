@@ -12,8 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, VllmFacts, has_flag, layout_label)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, gib_text, kv_bytes_per_token_per_gpu, link_rank,
-    runtime_overhead_bytes)
+    gib_text, kv_bytes_per_token_per_gpu, link_rank, runtime_overhead_bytes, scheduler_defaults)
 
 
 @dataclass(frozen=True)
@@ -124,10 +123,13 @@ def evaluate(ctx: PlanContext, tp: int, dp: int, ep: bool, gpu_indices: Sequence
         raise PlanInputError("GPU memory size unknown: give a --query-file (nvidia-smi --query-gpu CSV or "
                              "nvidia-smi -q) or --gpu-memory-gib")
     cap = int(gpu_memory * util)
+    names = [g.name for g in host.gpus if g.index in gpu_indices]
+    batched, seqs = scheduler_defaults(gpu_memory, names[0] if names else None)
+    # Expert parallelism makes the whole TP x DP group all-to-all peers; otherwise a GPU exchanges
+    # with its TP group only.
     overhead = runtime_overhead_bytes(
-        model, world, enforce_eager,
-        ctx.request.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        ctx.request.max_num_seqs or DEFAULT_MAX_NUM_SEQS)
+        model, tp, world if ep else tp, gpu_memory, ctx.request.max_num_batched_tokens or batched,
+        ctx.request.max_num_seqs or seqs, expert_parallel=ep)
     kv = cap - weights_per_gpu - overhead
     per_token = kv_bytes_per_token_per_gpu(model, tp, ctx.kv_dtype_bytes)
     tokens = max(kv, 0) // per_token

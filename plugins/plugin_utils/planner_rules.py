@@ -9,6 +9,7 @@ Plain functions over the contract models (plugin_utils/contracts.py); docs/ARCHI
 
 from __future__ import annotations
 
+import math
 import re
 
 from typing import List, Optional, Sequence, Set, Tuple
@@ -21,14 +22,21 @@ DEFAULT_MAX_MODEL_LEN_CAP = 32768
 # vLLM's own default when the installed version is unknown (0.9 before the 0.92 releases).
 FALLBACK_GPU_MEMORY_UTILIZATION = 0.92
 
-# Runtime overhead per GPU (see runtime_overhead_bytes): what vLLM needs besides weights and KV.
-CUDA_CONTEXT_BYTES = 1 * GIB          # CUDA context, cuBLAS/cuDNN workspaces, allocator slack
-COMMUNICATION_BYTES = GIB // 2        # NCCL + custom all-reduce buffers, only when world size > 1
-CUDA_GRAPH_BYTES = GIB // 2           # CUDA graph pools, unless --enforce-eager
-ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 24  # ~12 bf16 hidden-sized tensors alive at the peak
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
-DEFAULT_MAX_NUM_SEQS = 256
-LOGIT_BYTES = 4                       # the sampler works on fp32 logits
+# Runtime overhead per GPU (see runtime_overhead_bytes): what vLLM's memory profile reserves besides
+# weights and KV cache. The three fitted constants come from real vLLM startup logs
+# (tests/fixtures/vllm_logs, fitted by tests/unit/test_vllm_logs.py on at most two thirds of them);
+# docs/planner.md lists the logs, the fit and the residuals. None is keyed to a model, GPU or log.
+NON_TORCH_FRACTION = 0.029            # fitted: CUDA context, cuBLAS workspaces, allocator slack, per byte of GPU memory
+COMMUNICATION_BYTES = int(2.35 * GIB)  # fitted: NCCL / custom all-reduce / all-to-all buffers per doubling of the group
+ACTIVATION_FACTOR = 0.80              # fitted: share of the physical activation + sampler estimate alive at the peak
+DENSE_INTERMEDIATE_RATIO = 3.5        # assumed MLP width / hidden when the facts carry no intermediate size
+LOGIT_BYTES = 4                       # the sampler's dummy run holds fp32 logits for max_num_seqs requests
+# vLLM's scheduler defaults for `vllm serve` (arg_utils, 0.10 and later): GPUs of 70 GiB or more
+# (A100 excepted) get 8192 batched tokens and 1024 sequences, smaller ones 2048 and 256.
+LARGE_GPU_BYTES = 70 * GIB
+SCHEDULER_DEFAULTS_LARGE = (8192, 1024)
+SCHEDULER_DEFAULTS_SMALL = (2048, 256)
+DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS = SCHEDULER_DEFAULTS_LARGE
 
 # CPU-only hosts (vLLM's CPU backend): weights and KV live in host RAM.
 CPU_RUNTIME_BYTES = 2 * GIB           # torch, oneDNN, the API server (measured ~2.4 GiB PSS in total)
@@ -84,24 +92,48 @@ def kv_bytes_per_token_per_gpu(model: ModelFacts, tensor_parallel_size: int, kv_
     return -(-whole // split)
 
 
-def runtime_overhead_bytes(model: ModelFacts, world_size: int, enforce_eager: bool, max_num_batched_tokens: int,
-                           max_num_seqs: int) -> int:
-    """What vLLM needs per GPU besides weights and KV cache (documented in docs/planner.md).
+def scheduler_defaults(gpu_memory_bytes: int, gpu_name: Optional[str]) -> Tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` picks for this GPU when not given."""
+    if gpu_memory_bytes >= LARGE_GPU_BYTES and "A100" not in (gpu_name or "").upper():
+        return SCHEDULER_DEFAULTS_LARGE
+    return SCHEDULER_DEFAULTS_SMALL
 
-    CUDA context and workspaces (1 GiB), communication buffers when GPUs talk (0.5 GiB), CUDA
-    graph pools unless eager (0.5 GiB), the activation peak of one batch
-    (max_num_batched_tokens x hidden_size x 24 bytes), and the sampler's fp32 logits
-    (max_num_seqs x vocab_size x 4 bytes).
+
+def activation_bytes(model: ModelFacts, tensor_parallel_size: int, expert_parallel: bool,
+                     max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """The physical estimate of the profile run's peak, before ACTIVATION_FACTOR.
+
+    Per batched token, in bf16: three hidden-sized tensors (residual, normed input, attention output)
+    and the MLP's gate/up output plus its activation (3 x intermediate per GPU); for MoE layers the
+    fused-MoE caches of every routed expert (top-k x (3 x expert intermediate per GPU + hidden)) plus
+    the shared expert. Plus the sampler's fp32 logits for max_num_seqs requests over the vocabulary.
     """
     hidden = model.hidden_size or 4096
     vocab = model.vocab_size or 32000
-    overhead = CUDA_CONTEXT_BYTES
-    if world_size > 1:
-        overhead += COMMUNICATION_BYTES
-    if not enforce_eager:
-        overhead += CUDA_GRAPH_BYTES
-    overhead += max_num_batched_tokens * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN
-    overhead += max_num_seqs * vocab * LOGIT_BYTES
+    tp = max(tensor_parallel_size, 1)
+    moe = model.moe
+    if moe and moe.intermediate_size:
+        per_expert = moe.intermediate_size if expert_parallel else moe.intermediate_size / tp
+        width = 3 * hidden + (moe.experts_per_token or 1) * (3 * per_expert + hidden)
+        width += 3 * (moe.shared_expert_intermediate_size or 0) / tp
+    else:
+        width = 3 * hidden + 3 * DENSE_INTERMEDIATE_RATIO * hidden / tp
+    return int(max_num_batched_tokens * width * 2 + max_num_seqs * vocab * LOGIT_BYTES)
+
+
+def runtime_overhead_bytes(model: ModelFacts, tensor_parallel_size: int, group_size: int, gpu_memory_bytes: int,
+                           max_num_batched_tokens: int, max_num_seqs: int, expert_parallel: bool = False) -> int:
+    """What vLLM reserves per GPU besides weights and KV cache (calibrated; docs/planner.md).
+
+    NON_TORCH_FRACTION x GPU memory + COMMUNICATION_BYTES x log2 of the group this GPU exchanges
+    with (its TP group; with expert parallelism the whole TP x DP group: NCCL's rings and trees grow
+    by channels per doubling, not per peer) + ACTIVATION_FACTOR x
+    :func:`activation_bytes`. CUDA graphs are captured after the KV cache is sized in the logged
+    versions, so their pools come out of the (1 - gpu_memory_utilization) headroom, not from here.
+    """
+    overhead = NON_TORCH_FRACTION * gpu_memory_bytes + COMMUNICATION_BYTES * math.log2(max(group_size, 1))
+    overhead += ACTIVATION_FACTOR * activation_bytes(model, tensor_parallel_size, expert_parallel,
+                                                     max_num_batched_tokens, max_num_seqs)
     return int(overhead)
 
 
