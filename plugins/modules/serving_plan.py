@@ -45,7 +45,8 @@ options:
         C(gpu_memory_utilization), C(kv_cache_dtype), C(gpus) (list of nvidia-smi indices),
         C(gpu_memory_bytes), C(min_sequences) (KV target, default 4), C(weights_bytes),
         C(tool_call_parser), C(reasoning_parser) (a name, or C(none)), C(speculative_config)
-        (auto, off, or a dict), C(numa_bind) (auto, vllm, numactl, off), C(enforce_eager),
+        (auto, off, or a dict), C(numa_bind) (auto, vllm, numactl, off), C(objective) (throughput, the
+        default, fills the host with data-parallel replicas; latency plans the smallest layout that fits), C(enforce_eager),
         C(trust_remote_code), C(max_num_batched_tokens), C(max_num_seqs), C(cpu_kv_cache_space_gib),
         C(extra_args) (list), C(env) (dict).
       - Unknown keys are an error, so a typo cannot silently drop an override.
@@ -174,6 +175,25 @@ numa_node:
   returned: always
   type: int
   sample: 0
+replica_gpu_indices:
+  description:
+    - The GPUs of each data-parallel replica (one TP group each), in DP-rank order; their concatenation is RV(gpu_indices).
+    - Empty on C(cpu).
+  returned: always
+  type: list
+  elements: list
+  sample: [[0, 1, 2, 3], [4, 5, 6, 7]]
+replica_numa_nodes:
+  description: NUMA node of each replica's GPUs (null where a replica spans nodes).
+  returned: always
+  type: list
+  elements: int
+  sample: [0, 1]
+objective:
+  description: C(throughput) (fill the host with data-parallel replicas) or C(latency) (smallest layout that fits).
+  returned: always
+  type: str
+  sample: throughput
 attention:
   description: Attention kind of the model (C(mla), C(gqa), C(mqa), C(mha)).
   returned: always
@@ -324,6 +344,16 @@ candidates:
       description: NUMA node of the set, or null.
       type: int
       sample: 0
+    replica_gpu_indices:
+      description: The GPUs of each data-parallel replica.
+      type: list
+      elements: list
+      sample: [[0, 1, 2, 3]]
+    replica_numa_nodes:
+      description: NUMA node of each replica (null where it spans nodes).
+      type: list
+      elements: int
+      sample: [0]
     valid:
       description: False when the model's shape or the GPU count rules the layout out.
       type: bool

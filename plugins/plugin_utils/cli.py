@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_plan.add_argument("--tool-call-parser", help="a parser name, or none")
     p_plan.add_argument("--reasoning-parser", help="a parser name, or none")
     p_plan.add_argument("--numa-bind", choices=("auto", "vllm", "numactl", "off"), default="auto")
+    p_plan.add_argument("--objective", choices=("throughput", "latency"), default="throughput",
+                        help="throughput (default): fill the host with data-parallel replicas of the smallest layout "
+                             "that fits; latency: that layout alone")
     p_plan.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
     p_plan.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
                         help="run the checkpoint's own code (auto_map) when vLLM has no native implementation; "
@@ -179,7 +182,7 @@ def make_plan(args: argparse.Namespace) -> Tuple[contracts.ServingPlan, Dict[str
         "gpu_memory_utilization": args.gpu_memory_utilization, "kv_cache_dtype": args.kv_cache_dtype,
         "gpus": _gpu_list(args.gpus) if args.gpus else None,
         "tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
-        "numa_bind": args.numa_bind, "enforce_eager": args.enforce_eager,
+        "numa_bind": args.numa_bind, "objective": args.objective, "enforce_eager": args.enforce_eager,
         "trust_remote_code": args.trust_remote_code,
     }
     if args.min_sequences is not None:
@@ -268,9 +271,18 @@ def render_plan(plan: Dict[str, Any], host: Dict[str, Any]) -> str:
     verdict = "yes" if plan["fits"] else "**no**"
     rows: List[Tuple[str, Any]] = [("fits", verdict), ("device", plan["device"])]
     if plan["device"] == "cuda":
-        rows += [("layout", plan["layout"] or "none valid"),
-                 ("GPUs", "%s (NUMA node %s)" % (",".join(str(i) for i in plan["gpu_indices"]),
-                                                 plan["numa_node"] if plan["numa_node"] is not None else "-")),
+        replicas = plan.get("replica_gpu_indices") or []
+        if len(replicas) > 1:
+            nodes = plan.get("replica_numa_nodes") or [None] * len(replicas)
+            placed = "; ".join("DP rank %d: %s (NUMA node %s)" % (
+                rank, ",".join(str(i) for i in group), nodes[rank] if nodes[rank] is not None else "-")
+                for rank, group in enumerate(replicas))
+        else:
+            placed = "%s (NUMA node %s)" % (",".join(str(i) for i in plan["gpu_indices"]),
+                                            plan["numa_node"] if plan["numa_node"] is not None else "-")
+        rows += [("objective", plan.get("objective") or "throughput"),
+                 ("layout", plan["layout"] or "none valid"),
+                 ("GPUs", placed),
                  ("weights per GPU", "%.1f GiB" % ((plan["weights_bytes_per_gpu"] or 0) / GIB)),
                  ("overhead per GPU", "%.1f GiB" % ((plan["overhead_bytes_per_gpu"] or 0) / GIB)),
                  ("KV cache per GPU", "%.1f GiB" % ((plan["kv_cache_bytes_per_gpu"] or 0) / GIB)),

@@ -281,6 +281,7 @@ class PlanRequest(BaseModel):
     reasoning_parser: Optional[str] = None
     speculative_config: Union[Literal["auto", "off"], Dict[str, Any]] = "auto"
     numa_bind: Literal["auto", "vllm", "numactl", "off"] = "auto"
+    objective: Literal["throughput", "latency"] = "throughput"
     enforce_eager: Optional[bool] = None
     trust_remote_code: Optional[bool] = None
     max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
@@ -323,6 +324,8 @@ class Candidate(BaseModel):
     enable_expert_parallel: bool
     gpu_indices: List[int] = Field(default_factory=list)
     numa_node: Optional[int] = None
+    replica_gpu_indices: List[List[int]] = Field(default_factory=list)  # one TP group per data-parallel replica
+    replica_numa_nodes: List[Optional[int]] = Field(default_factory=list)
     valid: bool = True
     fits: bool = False
     kv_cache_tokens: int = 0
@@ -346,6 +349,9 @@ class ServingPlan(BaseModel):
     enable_expert_parallel: bool = False
     gpu_indices: List[int] = Field(default_factory=list)
     numa_node: Optional[int] = None
+    replica_gpu_indices: List[List[int]] = Field(default_factory=list)
+    replica_numa_nodes: List[Optional[int]] = Field(default_factory=list)
+    objective: str = "throughput"
     attention: str
     quantization: Optional[str] = None
     weights_bytes: int

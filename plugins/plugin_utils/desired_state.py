@@ -13,7 +13,8 @@ One document per host, the inventory variable ``vllm_model``::
       served_model_name: minimax-m2.5 # default: name
       port: 8000
       bind: 10.0.0.5                  # default: the host's primary IPv4 address
-      plan: {tensor_parallel_size: 4} # overrides of any planner choice (PlanRequest)
+      plan: {objective: latency}      # overrides of any planner choice (PlanRequest); objective:
+                                      # throughput (default) or latency
       extra_args: [--seed, "1"]
       env: {NCCL_DEBUG: WARN}
 

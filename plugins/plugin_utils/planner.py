@@ -26,7 +26,7 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, ServingPlan, VllmFacts, has_flag,
     layout_label, parse_facts, require_argv, requires)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import (
-    PlanContext, choose_gpu_set, closest, describe_links, evaluate, invalid_candidate, layouts, numa_of)
+    PlanContext, closest, describe_links, evaluate, invalid_candidate, layouts, numa_of, replica_gpu_sets)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
     CPU_MEMORY_FRACTION, CPU_QUANTIZATIONS, CPU_RUNTIME_BYTES, DEFAULT_MAX_MODEL_LEN_CAP, FALLBACK_GPU_MEMORY_UTILIZATION,
     GIB, choose_parser, default_parsers, divisibility_problems, gib_text, hardware_problems, kv_bytes_per_token_per_gpu,
@@ -305,10 +305,12 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
         if problems:
             candidates.append(invalid_candidate(tp, dp, ep, "; ".join(problems)))
             continue
-        candidate = evaluate(ctx, tp, dp, ep, choose_gpu_set(host, available, world), util, enforce_eager)
+        candidate = evaluate(ctx, tp, dp, ep, _flat(replica_gpu_sets(host, available, tp, dp)), util, enforce_eager)
         candidates.append(candidate)
         if candidate.fits and chosen is None:
             chosen = candidate
+    if chosen is not None:
+        chosen = _fill_host_with_replicas(ctx, notes, candidates, chosen, available, util, enforce_eager)
     best = chosen or closest(candidates)
     plan_ = ServingPlan(
         fits=bool(chosen) and not errors and not ctx.unsupported, device="cuda",
@@ -328,6 +330,53 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
     if problems:
         plan_.error = "; ".join(problems)
     return plan_
+
+
+def _flat(sets: Sequence[Sequence[int]]) -> List[int]:
+    return [index for group in sets for index in group]
+
+
+def _fill_host_with_replicas(ctx: PlanContext, notes: Notes, candidates: List[Candidate], chosen: Candidate,
+                             available: Sequence[int], util: float, enforce_eager: bool) -> Candidate:
+    """The throughput objective: as many data-parallel replicas of the chosen TP group as the GPUs
+    hold (expert parallelism then spans the replicas); the latency objective or a pinned
+    data_parallel_size keeps the chosen layout."""
+    request = ctx.request
+    tp, ep = chosen.tensor_parallel_size, chosen.enable_expert_parallel
+    if request.data_parallel_size is not None:
+        return chosen
+    if request.objective == "latency":
+        notes.reasons.append("objective latency: the smallest layout that fits, no data-parallel replicas")
+        return chosen
+    most = len(available) // tp
+    if most <= 1:
+        notes.reasons.append("objective throughput: %s already uses the GPUs there are room for (%d of %d)"
+                             % (chosen.label, tp, len(available)))
+        return chosen
+    if has_flag(ctx.vllm, "--data-parallel-size") is False:
+        notes.warnings.append("objective throughput: vLLM %s has no --data-parallel-size flag; one replica on %d of "
+                              "%d GPUs" % (ctx.vllm.version or "?", tp, len(available)))
+        return chosen
+    refused = []
+    for dp in range(most, 1, -1):
+        problems = divisibility_problems(ctx.model, tp, dp, ep)
+        if problems:
+            refused.append("DP=%d: %s" % (dp, "; ".join(problems)))
+            continue
+        replica = evaluate(ctx, tp, dp, ep, _flat(replica_gpu_sets(ctx.host, available, tp, dp)), util, enforce_eager)
+        if not replica.fits:
+            refused.append("DP=%d: %s" % (dp, replica.why_not))
+            continue
+        candidates.append(replica)
+        notes.reasons.append("objective throughput: %d data-parallel replicas of %s fill %d of %d GPUs in one vLLM "
+                             "unit (--data-parallel-size %d, one port)%s" % (
+                                 dp, layout_label("cuda", tp, 1, ep), tp * dp, len(available), dp,
+                                 "; expert parallelism spans the replicas" if ep else ""))
+        if refused:
+            notes.reasons.append("more replicas ruled out: %s" % "; ".join(refused))
+        return replica
+    notes.reasons.append("objective throughput: no data-parallel layout fits (%s); one replica" % "; ".join(refused))
+    return chosen
 
 
 def _nearest_option(ctx: PlanContext, candidates: Sequence[Candidate], available: Sequence[int], util: float,
@@ -362,7 +411,7 @@ def _nearest_option(ctx: PlanContext, candidates: Sequence[Candidate], available
         for tp, dp, ep in layouts(sub, available):
             if tp * dp > len(available) or divisibility_problems(model, tp, dp, ep):
                 continue
-            cand = evaluate(sub, tp, dp, ep, choose_gpu_set(ctx.host, available, tp * dp), util,
+            cand = evaluate(sub, tp, dp, ep, _flat(replica_gpu_sets(ctx.host, available, tp, dp)), util,
                             bool(request.enforce_eager))
             if cand.fits:
                 parts.insert(0, "without the pinned layout, %s on GPUs %s fits" % (cand.label, cand.gpu_indices))
@@ -430,11 +479,19 @@ def _explain_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Ca
     if not request.gpus and len(cand.gpu_indices) < len(host.gpus):
         where += ": the best-connected set on a single NUMA node" if cand.numa_node is not None else ""
     notes.reasons.append(where)
-    if cand.numa_node is None and len(host.numa_nodes) > 1 and tp > 1:
+    if dp > 1:
+        notes.reasons.append("replicas: %s" % "; ".join(
+            "DP rank %d on GPUs %s (%s)" % (rank, group, "NUMA node %s" % cand.replica_numa_nodes[rank]
+                                            if cand.replica_numa_nodes[rank] is not None else "across nodes")
+            for rank, group in enumerate(cand.replica_gpu_indices)))
+    spanning = [group for rank, group in enumerate(cand.replica_gpu_indices) if cand.replica_numa_nodes[rank] is None]
+    # Only a TP group that spans nodes pays for it (its all-reduce); replicas on different nodes do not.
+    if spanning and len(host.numa_nodes) > 1 and tp > 1:
         if host.interconnect == "nvlink":
             notes.reasons.append("the TP group spans NUMA nodes; its all-reduce runs over NVLink, so that costs little")
         else:
-            notes.warnings.append("the TP group spans NUMA nodes: its all-reduce crosses the inter-socket link")
+            notes.warnings.append("the TP group on GPUs %s spans NUMA nodes: its all-reduce crosses the inter-socket "
+                                  "link" % spanning[0])
     mem = cast(MemoryPerGpu, cand.memory)
     notes.reasons.append("memory per GPU: cap %s (%g x %s) = weights %s + overhead %s + KV cache %s -> %d tokens, "
                          "%d sequences of %d" % (
@@ -454,6 +511,7 @@ def _fill_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candi
     plan_.layout = cand.label
     plan_.tensor_parallel_size, plan_.data_parallel_size, plan_.enable_expert_parallel = tp, dp, ep
     plan_.gpu_indices, plan_.numa_node = cand.gpu_indices, cand.numa_node
+    plan_.replica_gpu_indices, plan_.replica_numa_nodes = cand.replica_gpu_indices, cand.replica_numa_nodes
     mem = cast(MemoryPerGpu, cand.memory)
     plan_.gpu_memory_bytes = mem.gpu_memory_bytes
     plan_.weights_bytes_per_gpu, plan_.overhead_bytes_per_gpu = mem.weights_bytes, mem.overhead_bytes
@@ -493,6 +551,9 @@ def _numa_binding(ctx: PlanContext, notes: Notes, plan_: ServingPlan, argv: List
     if request.numa_bind == "off":
         notes.reasons.append("NUMA binding: off (override)")
         return
+    if plan_.data_parallel_size > 1 and len(host.numa_nodes) > 1:
+        _numa_binding_replicas(ctx, notes, plan_, argv)
+        return
     if node is None:
         notes.reasons.append("NUMA binding: none (the GPU set spans NUMA nodes or its node is unknown)")
         return
@@ -514,6 +575,28 @@ def _numa_binding(ctx: PlanContext, notes: Notes, plan_: ServingPlan, argv: List
     notes.reasons.append("NUMA binding: numactl --cpunodebind=%d --preferred=%d (vLLM %s has no --numa-bind); "
                          "'preferred' keeps memory local without failing when the node fills"
                          % (node, node, vllm.version or "?"))
+
+
+def _numa_binding_replicas(ctx: PlanContext, notes: Notes, plan_: ServingPlan, argv: List[str]) -> None:
+    """Replicas on several nodes: only vLLM's own --numa-bind binds each worker to its GPU's node;
+    one numactl prefix would pin every replica to one node."""
+    request, vllm = ctx.request, ctx.vllm
+    if any(node is None for node in plan_.replica_numa_nodes):
+        notes.reasons.append("NUMA binding: none (a replica's TP group spans NUMA nodes or its node is unknown)")
+        return
+    has_numa_flag = vllm_supports(vllm, "--numa-bind", "numa_bind")
+    if request.numa_bind == "numactl" or not has_numa_flag:
+        if request.numa_bind == "vllm":
+            raise PlanInputError("numa_bind=vllm: vLLM %s has no --numa-bind flag; use numa_bind=off or upgrade vLLM"
+                                 % (vllm.version or "?"))
+        notes.warnings.append("NUMA binding: none; the %d replicas sit on NUMA nodes %s and one numactl prefix would "
+                              "bind them all to one node (vLLM %s has no --numa-bind)" % (
+                                  plan_.data_parallel_size, sorted({n for n in plan_.replica_numa_nodes if n is not None}), vllm.version or "?"))
+        return
+    argv.append("--numa-bind")
+    plan_.numa_binding = "vllm"
+    notes.reasons.append("NUMA binding: vLLM's --numa-bind pins each replica's workers to their GPUs' node (%s)"
+                         % ", ".join("DP rank %d: node %s" % (r, n) for r, n in enumerate(plan_.replica_numa_nodes)))
 
 
 # --------------------------------------------------------------------------- the entry point
@@ -540,6 +623,7 @@ def plan(host: Union[HostFacts, Dict[str, Any]], model: Union[ModelFacts, Dict[s
     if device == "cuda" and not host.gpus:
         raise PlanInputError("device cuda: the host facts list no GPU")
     result = _plan_gpu(ctx, notes) if device == "cuda" else _plan_cpu(ctx, notes)
+    result.objective = request.objective
     result.model_id = request.model_id
     result.model_path = request.model_path or model.path
     result.served_model_name = request.served_model_name

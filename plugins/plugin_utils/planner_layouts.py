@@ -70,6 +70,26 @@ def choose_gpu_set(host: HostFacts, available: Sequence[int], count: int) -> Lis
     return list(min(itertools.combinations(sorted(available), count), key=score))  # type: ignore[arg-type]
 
 
+def replica_gpu_sets(host: HostFacts, available: Sequence[int], tensor_parallel_size: int,
+                     data_parallel_size: int) -> List[List[int]]:
+    """One GPU set per data-parallel replica, chosen one after the other from what is left, each by
+    :func:`choose_gpu_set` (one NUMA node when possible, then the best links). vLLM gives DP rank r
+    the r-th block of tensor_parallel_size devices of CUDA_VISIBLE_DEVICES, so the order matters."""
+    left = sorted(available)
+    sets: List[List[int]] = []
+    for _replica in range(data_parallel_size):
+        chosen = choose_gpu_set(host, left, tensor_parallel_size)
+        sets.append(chosen)
+        left = [i for i in left if i not in chosen]
+    return sets
+
+
+def node_of_set(host: HostFacts, indices: Sequence[int]) -> Optional[int]:
+    """The NUMA node all of ``indices`` are on, None when they span nodes or one is unknown."""
+    nodes = {numa_of(host, i) for i in indices}
+    return nodes.pop() if len(nodes) == 1 else None
+
+
 def describe_links(host: HostFacts, indices: Sequence[int]) -> str:
     """``links PIX..SYS`` (best..worst) of a GPU set, or "" when unknown."""
     links = [link for link in pair_links(host, indices) if link]
@@ -133,7 +153,7 @@ def evaluate(ctx: PlanContext, tp: int, dp: int, ep: bool, gpu_indices: Sequence
     kv = cap - weights_per_gpu - overhead
     per_token = kv_bytes_per_token_per_gpu(model, tp, ctx.kv_dtype_bytes)
     tokens = max(kv, 0) // per_token
-    nodes = {numa_of(host, i) for i in gpu_indices}
+    replicas = [list(gpu_indices[r * tp:(r + 1) * tp]) for r in range(dp)]
     fits = kv > 0 and tokens >= ctx.target_tokens
     why_not = None
     if kv <= 0:
@@ -143,7 +163,8 @@ def evaluate(ctx: PlanContext, tp: int, dp: int, ep: bool, gpu_indices: Sequence
         why_not = "KV room for %d tokens, below the target %d" % (tokens, ctx.target_tokens)
     return Candidate(
         label=layout_label("cuda", tp, dp, ep), tensor_parallel_size=tp, data_parallel_size=dp,
-        enable_expert_parallel=ep, gpu_indices=list(gpu_indices), numa_node=nodes.pop() if len(nodes) == 1 else None,
+        enable_expert_parallel=ep, gpu_indices=list(gpu_indices), numa_node=node_of_set(host, gpu_indices),
+        replica_gpu_indices=replicas, replica_numa_nodes=[node_of_set(host, r) for r in replicas],
         fits=fits, kv_cache_tokens=int(tokens), why_not=why_not,
         memory=MemoryPerGpu(gpu_memory_bytes=gpu_memory, cap_bytes=cap, weights_bytes=weights_per_gpu,
                             overhead_bytes=overhead, kv_cache_bytes=max(kv, 0)))

@@ -23,7 +23,8 @@ def plan(host, model, request=None, vllm=None):
 
 
 def test_minimax_fp8_on_rtx_pro_is_tp4_on_one_numa_node(rtx_host, model_facts):
-    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5"})
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5",
+                                                                             "objective": "latency"})
     assert result.fits, result.error
     assert result.tensor_parallel_size == 4 and result.data_parallel_size == 1
     assert result.numa_node is not None
@@ -38,6 +39,47 @@ def test_minimax_fp8_on_rtx_pro_is_tp4_on_one_numa_node(rtx_host, model_facts):
     assert argv[:2] == ["serve", "MiniMaxAI/MiniMax-M2.5"]
     assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert result.tool_call_parser == "minimax_m2" and "--enable-auto-tool-choice" in argv
+
+
+def test_minimax_throughput_plan_fills_the_host_one_tp_group_per_numa_node(rtx_host, model_facts):
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5"})
+    assert result.fits, result.error
+    assert result.objective == "throughput"
+    assert (result.tensor_parallel_size, result.data_parallel_size, result.enable_expert_parallel) == (4, 2, True)
+    assert result.layout == "TP=4+EP x DP=2" and sorted(result.gpu_indices) == list(range(8))
+    nodes = {g["index"]: g["numa_node"] for g in rtx_host["gpus"]}
+    assert len(result.replica_gpu_indices) == 2 and result.numa_node is None
+    for rank, group in enumerate(result.replica_gpu_indices):
+        assert {nodes[i] for i in group} == {result.replica_numa_nodes[rank]} != {None}
+    assert set(result.replica_numa_nodes) == {0, 1}
+    assert not any("spans NUMA" in w for w in result.warnings)
+    argv = result.argv
+    assert argv[argv.index("--data-parallel-size") + 1] == "2" and "--enable-expert-parallel" in argv
+    assert result.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, _flat(result.replica_gpu_indices)))
+    assert "--numa-bind" in argv and result.numa_binding == "vllm" and not result.exec_prefix
+    # Expert weights spread over 8 GPUs: less per GPU than one TP=4 replica, so more KV per replica.
+    single = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"objective": "latency"})
+    assert result.weights_bytes_per_gpu < single.weights_bytes_per_gpu
+    assert result.kv_cache_tokens > single.kv_cache_tokens
+
+
+def test_pinned_single_replica_or_latency_gives_the_single_tp_group(rtx_host, model_facts):
+    model = model_facts("MiniMaxAI__MiniMax-M2.5.partial")
+    for request in ({"data_parallel_size": 1}, {"objective": "latency"}):
+        result = plan(rtx_host, model, request)
+        assert result.fits and result.data_parallel_size == 1 and len(result.gpu_indices) == 4, request
+        assert "--data-parallel-size" not in result.argv
+
+
+def test_multi_replica_plan_with_numactl_only_warns_and_binds_nothing(rtx_host, model_facts):
+    vllm = dict(RECORDED_CPU, flags=[f for f in RECORDED_CPU.get("flags") or [] if f != "--numa-bind"],
+                capabilities=dict(RECORDED_CPU.get("capabilities") or {}, numa_bind=False))
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {}, vllm=vllm)
+    if result.data_parallel_size > 1:
+        assert result.numa_binding is None and not result.exec_prefix and "--numa-bind" not in result.argv
+        assert any("numactl" in w for w in result.warnings)
+    else:
+        pytest.skip("the recorded vLLM facts lack a flag data parallelism needs")
 
 
 def test_minimax_fp8_never_plain_tp8(rtx_host, model_facts):
@@ -182,7 +224,10 @@ def test_fitting_plans_keep_every_gpu_under_the_cap(all_hosts, all_models, host_
     assert result.fits == (memory_gib in FITS_TODAY.get((host_name, config), ())), (result.layout, result.error)
     if result.fits:
         _check_invariants(host, model, result, memory_gib * GIB)
-        assert result.layout == result.candidates[[c.fits for c in result.candidates].index(True)].label
+        first = result.candidates[[c.fits for c in result.candidates].index(True)]
+        # The throughput objective replicates the smallest layout that fits over the GPUs left.
+        assert result.layout == first.label or (
+            result.data_parallel_size > 1 and result.tensor_parallel_size == first.tensor_parallel_size)
     else:
         assert result.error
 
@@ -192,7 +237,7 @@ def test_more_memory_never_raises_the_world_size(all_hosts, all_models, host_nam
     host, model = all_hosts[host_name], all_models[config]
     previous = None
     for memory_gib in MEMORY_GIB:
-        result = plan(host, model, {"gpu_memory_bytes": memory_gib * GIB})
+        result = plan(host, model, {"gpu_memory_bytes": memory_gib * GIB, "objective": "latency"})
         if not result.fits:
             continue
         size = result.tensor_parallel_size * result.data_parallel_size
@@ -206,7 +251,8 @@ def test_bigger_model_never_lowers_the_world_size(all_hosts, all_models, host_na
     host, model = all_hosts[host_name], all_models[config]
     previous = None
     for factor in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0):
-        result = plan(host, model, {"weights_bytes": int(model["weights_bytes"] * factor), "gpu_memory_bytes": 96 * GIB})
+        result = plan(host, model, {"weights_bytes": int(model["weights_bytes"] * factor), "gpu_memory_bytes": 96 * GIB,
+                                    "objective": "latency"})
         if not result.fits:
             continue
         size = result.tensor_parallel_size * result.data_parallel_size
@@ -260,8 +306,11 @@ def test_weights_that_cannot_fit_name_the_gpus_needed(all_models):
 
 def test_link_aware_gpu_choice_prefers_pix_pairs(all_hosts, all_models):
     host = all_hosts["l40s"]  # PIX pairs (0,1) (2,3) (4,5) (6,7)
-    result = plan(host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"tensor_parallel_size": 2})
+    result = plan(host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"tensor_parallel_size": 2, "objective": "latency"})
     assert result.gpu_indices in ([0, 1], [2, 3], [4, 5], [6, 7])
+    replicas = plan(host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"tensor_parallel_size": 2})
+    assert replicas.data_parallel_size == 4
+    assert sorted(replicas.replica_gpu_indices) == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 def test_every_choice_is_overridable(rtx_host, all_models):
@@ -305,7 +354,7 @@ def test_installed_vllm_without_numa_flag_gets_numactl(rtx_host, all_models):
     facts = dict(RECORDED_CPU, source="installed")
     facts["capabilities"] = dict(facts["capabilities"], numa_bind=False)
     facts["flags"] = [flag for flag in facts.get("flags") or [] if flag != "--numa-bind"] or None
-    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {}, facts)
+    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"objective": "latency"}, facts)
     assert result.exec_prefix[:2] == ["numactl", "--cpunodebind=%d" % result.numa_node]
     assert result.numa_binding == "numactl"
 
@@ -434,3 +483,36 @@ def test_native_architecture_never_gets_remote_code(rtx_host, all_models):
                   dict(RECORDED_CPU, source="installed"))
     assert result.fits and "--trust-remote-code" not in result.argv
     assert any("is native in vLLM" in r for r in result.reasons)
+
+
+# --------------------------------------------------------------------------- data-parallel replicas
+
+
+def _flat(groups):
+    return [i for group in groups for i in group]
+
+
+@pytest.mark.parametrize("host_name,config", list(itertools.product(sorted(HOSTS), CONFIG_NAMES)))
+def test_replicas_are_disjoint_and_each_obeys_the_rules(all_hosts, all_models, host_name, config):
+    host, model = all_hosts[host_name], all_models[config]
+    result = plan(host, model, {"gpu_memory_bytes": 192 * GIB})
+    if not result.fits:
+        return
+    tp, dp = result.tensor_parallel_size, result.data_parallel_size
+    assert len(result.replica_gpu_indices) == dp and all(len(g) == tp for g in result.replica_gpu_indices)
+    flat = _flat(result.replica_gpu_indices)
+    assert len(set(flat)) == len(flat) == tp * dp and flat == result.gpu_indices
+    _check_invariants(host, model, result, 192 * GIB)
+    assert not planner_rules.divisibility_problems(contracts.ModelFacts.model_validate(model), tp, dp,
+                                                   result.enable_expert_parallel)
+
+
+@pytest.mark.parametrize("config", ["MiniMaxAI__MiniMax-M2.5.partial", "meta-llama__Meta-Llama-3.1-8B",
+                                    "Qwen__Qwen3-30B-A3B-FP8", "meta-llama__Meta-Llama-3.1-70B"])
+def test_adding_gpus_never_lowers_the_number_of_replicas(rtx_host, all_models, config):
+    previous = 0
+    for count in range(1, 9):
+        result = plan(rtx_host, all_models[config], {"gpus": list(range(count))})
+        replicas = result.data_parallel_size if result.fits else 0
+        assert replicas >= previous, "%d GPUs: %d replicas after %d" % (count, replicas, previous)
+        previous = replicas
