@@ -428,21 +428,24 @@ def _explain_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Ca
     """Why this layout: smaller ones that do not fit or are ruled out, expert parallelism, GPUs, memory."""
     host, model, request = ctx.host, ctx.model, ctx.request
     tp, dp, ep = cand.tensor_parallel_size, cand.data_parallel_size, cand.enable_expert_parallel
+    # Replicas (DP) are chosen after the TP group: the group is the smallest layout that fits.
+    group = tp if request.data_parallel_size is None else tp * dp
     smaller = [c for c in plan_.candidates if c.valid and c.memory and c.tensor_parallel_size * c.data_parallel_size
-               < tp * dp]
+               < group]
     why_tp = "%s on %d GPU(s)" % (cand.label, tp * dp)
+    what = "the smallest layout that fits" if group == tp * dp else \
+        "%s is the smallest layout that fits" % layout_label("cuda", tp, 1, ep)
     if request.tensor_parallel_size:
         why_tp += " (override)"
     elif smaller:
-        why_tp += ": the smallest layout that fits (%s)" % "; ".join(
-            "%s: %s" % (c.label, c.why_not) for c in smaller[:3] if c.why_not)
+        why_tp += ": %s (%s)" % (what, "; ".join("%s: %s" % (c.label, c.why_not) for c in smaller[:3] if c.why_not))
     else:
-        why_tp += ": the smallest layout that fits"
+        why_tp += ": %s" % what
     if host.interconnect in ("pcie", "mixed") and not request.tensor_parallel_size:
         why_tp += "; on PCIe every extra TP rank adds all-reduce traffic, so fewer is faster"
     notes.reasons.append(why_tp)
     # Layouts smaller than the chosen one that the model's shape rules out explain the choice too.
-    ruled_out = [c for c in plan_.candidates if not c.valid and c.tensor_parallel_size * c.data_parallel_size < tp * dp]
+    ruled_out = [c for c in plan_.candidates if not c.valid and c.tensor_parallel_size * c.data_parallel_size < group]
     for c in ruled_out:
         if "block size" in (c.why_not or ""):
             notes.reasons.append("not %s: %s" % (c.label, c.why_not))
