@@ -75,11 +75,9 @@ def test_multi_replica_plan_with_numactl_only_warns_and_binds_nothing(rtx_host, 
     vllm = dict(RECORDED_CPU, flags=[f for f in RECORDED_CPU.get("flags") or [] if f != "--numa-bind"],
                 capabilities=dict(RECORDED_CPU.get("capabilities") or {}, numa_bind=False))
     result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {}, vllm=vllm)
-    if result.data_parallel_size > 1:
-        assert result.numa_binding is None and not result.exec_prefix and "--numa-bind" not in result.argv
-        assert any("numactl" in w for w in result.warnings)
-    else:
-        pytest.skip("the recorded vLLM facts lack a flag data parallelism needs")
+    assert result.data_parallel_size == 2 and set(result.replica_numa_nodes) == {0, 1}
+    assert result.numa_binding is None and not result.exec_prefix and "--numa-bind" not in result.argv
+    assert any("numactl" in w for w in result.warnings)
 
 
 def test_minimax_fp8_never_plain_tp8(rtx_host, model_facts):
