@@ -29,7 +29,7 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import
     PlanContext, closest, describe_links, evaluate, invalid_candidate, layouts, numa_of, replica_gpu_sets)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
     CPU_MEMORY_FRACTION, CPU_QUANTIZATIONS, CPU_RUNTIME_BYTES, DEFAULT_MAX_MODEL_LEN_CAP, FALLBACK_GPU_MEMORY_UTILIZATION,
-    GIB, choose_parser, default_parsers, divisibility_problems, gib_text, hardware_problems, kv_bytes_per_token_per_gpu,
+    GIB, choose_parser, default_parsers, profiles_cuda_graphs, divisibility_problems, gib_text, hardware_problems, kv_bytes_per_token_per_gpu,
     vllm_supports)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.vllm_release import RELEASE_FACTS
 
@@ -294,6 +294,11 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
     notes.reasons.append("gpu_memory_utilization: %g (%s)" % (
         util, "override" if request.gpu_memory_utilization else "vLLM %s default" % (vllm.version or "release")))
     enforce_eager = bool(request.enforce_eager)
+    if not enforce_eager and profiles_cuda_graphs(vllm.version):
+        notes.warnings.append(
+            "vLLM %s reserves its CUDA-graph pools before sizing the KV cache (the default since 0.21); the planner's "
+            "memory model, calibrated on older logs, does not count them, so the KV cache may be smaller by their size "
+            "(0.1-6 GiB per GPU in public logs)" % vllm.version)
 
     candidates, chosen = [], None
     for tp, dp, ep in layouts(ctx, available):

@@ -92,6 +92,18 @@ def kv_bytes_per_token_per_gpu(model: ModelFacts, tensor_parallel_size: int, kv_
     return -(-whole // split)
 
 
+# vLLM counts CUDA-graph memory in its profile (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS) by default from 0.21 on.
+CUDA_GRAPH_PROFILING_SINCE = (0, 21)
+
+
+def profiles_cuda_graphs(version: Optional[str]) -> bool:
+    """Whether this vLLM version reserves CUDA-graph memory before sizing the KV cache (False when unknown)."""
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    if not match:
+        return False
+    return (int(match.group(1)), int(match.group(2))) >= CUDA_GRAPH_PROFILING_SINCE
+
+
 def scheduler_defaults(gpu_memory_bytes: int, gpu_name: Optional[str]) -> Tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) that `vllm serve` picks for this GPU when not given."""
     if gpu_memory_bytes >= LARGE_GPU_BYTES and "A100" not in (gpu_name or "").upper():

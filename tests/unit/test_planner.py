@@ -514,3 +514,14 @@ def test_adding_gpus_never_lowers_the_number_of_replicas(rtx_host, all_models, c
         replicas = result.data_parallel_size if result.fits else 0
         assert replicas >= previous, "%d GPUs: %d replicas after %d" % (count, replicas, previous)
         previous = replicas
+
+
+def test_cuda_graph_profiling_versions_are_warned_about(rtx_host, model_facts):
+    assert planner_rules.profiles_cuda_graphs("0.21.0") and planner_rules.profiles_cuda_graphs("0.33.0")
+    assert not planner_rules.profiles_cuda_graphs("0.20.2") and not planner_rules.profiles_cuda_graphs(None)
+    model = model_facts("MiniMaxAI__MiniMax-M2.5.partial")
+    newer = plan(rtx_host, model, {}, vllm=dict(RECORDED_CPU, version="0.33.0"))
+    older = plan(rtx_host, model, {}, vllm=dict(RECORDED_CPU, version="0.20.2"))
+    eager = plan(rtx_host, model, {"enforce_eager": True}, vllm=dict(RECORDED_CPU, version="0.33.0"))
+    assert any("CUDA-graph pools" in w for w in newer.warnings)
+    assert not any("CUDA-graph pools" in w for w in older.warnings + eager.warnings)
