@@ -237,7 +237,7 @@ def test_unknown_flags_are_not_refused_but_said(rtx, minimax):
 
 def test_automatic_expert_parallel_is_not_chosen_without_the_flag(rtx, minimax):
     facts = recorded_facts(RECORDED[0], without=("--enable-expert-parallel",))
-    result = planner.plan(rtx, minimax, facts, {"model_id": "MiniMaxAI/MiniMax-M2.5"})
+    result = planner.plan(rtx, minimax, facts, {"model_id": "MiniMaxAI/MiniMax-M2.5", "objective": "latency"})
     assert result.fits and not result.enable_expert_parallel and "--enable-expert-parallel" not in result.argv
     assert result.layout == "TP=4"
     assert any("no --enable-expert-parallel flag" in r for r in result.reasons)
@@ -260,7 +260,8 @@ def test_pinned_features_the_installed_vllm_lacks_are_refused(rtx, minimax, flag
 
 def test_automatic_parsers_and_numa_bind_are_dropped_without_their_flags(rtx, minimax):
     facts = recorded_facts(RECORDED[0], without=("--tool-call-parser", "--reasoning-parser", "--numa-bind"))
-    result = planner.plan(rtx, minimax, facts, {"model_id": "MiniMaxAI/MiniMax-M2.5"})
+    # latency: one TP group on one node, which numactl can bind (replicas on two nodes it cannot)
+    result = planner.plan(rtx, minimax, facts, {"model_id": "MiniMaxAI/MiniMax-M2.5", "objective": "latency"})
     assert result.fits and result.tool_call_parser is None and result.reasoning_parser is None
     assert any("--tool-call-parser" in w for w in result.warnings)
     assert result.numa_binding == "numactl" and "--numa-bind" not in result.argv
@@ -283,7 +284,7 @@ def test_cli_plan_shows_the_new_keys(tmp_path):
                            "--model-id", "MiniMaxAI/MiniMax-M2.5", "--json"], capture_output=True, text=True, timeout=60,
                           check=False)
     data = json.loads(proc.stdout)
-    assert proc.returncode == 0 and data["layout"] == "TP=4+EP" and data["host"] is None and data["port"] is None
+    assert proc.returncode == 0 and data["layout"] == "TP=4+EP x DP=2" and data["host"] is None and data["port"] is None
     assert all(c["label"] for c in data["candidates"])
 
 

@@ -127,24 +127,30 @@ def without_health(replayed, live):
 
 @pytest.mark.parametrize("run", GPU_RUNS)
 def test_plans_made_there_still_come_out_the_same(tmp_path, run):
-    """The planner, replayed on the live facts, gives the plans the GPU machine produced."""
+    """The planner, replayed on the live facts of both module paths, plans alike from either, and
+    keeps the layout the GPU machine produced wherever it still fits. (The recorded plans predate the
+    objective - latency is what the planner did then - and the calibrated memory model, which reserves more per GPU: a plan that fitted there may not now, e.g.
+    MiniMax-M2.5 at TP=2 on 2 x H200 with 4 x 32k tokens of KV.)"""
     from ansible_collections.llmops.vllm.plugins.module_utils import model_config
     from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
     plans_dir = os.path.join(FIXTURES, "gpu", run, "plans")
-    checked = 0
+    by_config = {}
     for name in sorted(os.listdir(plans_dir)):
         if not name.endswith(".json"):
             continue
         config, path = name[:-len(".json")].rsplit(".", 1)
         recorded = load(run, "plans", name)
         facts = model_config.model_facts(os.path.join(FIXTURES, "configs", config + ".json"))
-        result = planner.plan(load(run, "module", path + ".json"), facts, None, {"model_id": recorded["model_id"]})
-        assert result.fits == recorded["fits"], name
-        if recorded["fits"]:
+        result = planner.plan(load(run, "module", path + ".json"), facts, None, {"model_id": recorded["model_id"],
+                                                                              "objective": "latency"})
+        if result.fits:
+            assert recorded["fits"], name
             assert (result.tensor_parallel_size, result.gpu_indices) == \
                 (recorded["tensor_parallel_size"], recorded["gpu_indices"]), name
-        checked += 1
-    assert checked >= 4
+        by_config.setdefault(config, []).append((result.fits, result.layout, result.gpu_indices, result.error))
+    assert len(by_config) >= 4
+    for config, plans in by_config.items():
+        assert len(plans) == 2 and plans[0] == plans[1], config
 
 
 def test_h200_plans():

@@ -463,21 +463,21 @@ def test_remote_code_files_come_from_auto_map():
 @pytest.mark.parametrize("source", ["installed", "recorded"])
 def test_remote_code_is_refused_until_the_desired_state_says_so(rtx_host, all_models, source):
     """A model vLLM has no native class for runs only with its own code: never switched on silently."""
-    model = all_models["deepseek-ai__DeepSeek-V3"]
-    facts = _without_architecture("DeepseekV3ForCausalLM", source)
-    refused = plan(rtx_host, model, {"max_model_len": 8192}, facts)
+    model = all_models["MiniMaxAI__MiniMax-M2.5.partial"]
+    facts = _without_architecture("MiniMaxM2ForCausalLM", source)
+    refused = plan(rtx_host, model, {}, facts)
     assert not refused.fits and "--trust-remote-code" not in refused.argv
-    assert "modeling_deepseek.py" in refused.error and "configuration_deepseek.py" in refused.error
+    assert "modeling_minimax_m2.py" in refused.error and "configuration_minimax_m2.py" in refused.error
     assert "trust_remote_code: true" in refused.error
-    allowed = plan(rtx_host, model, {"max_model_len": 8192, "trust_remote_code": True}, facts)
+    allowed = plan(rtx_host, model, {"trust_remote_code": True}, facts)
     assert allowed.fits and "--trust-remote-code" in allowed.argv
-    assert any("modeling_deepseek.py" in r for r in allowed.reasons)
-    off = plan(rtx_host, model, {"max_model_len": 8192, "trust_remote_code": False}, facts)
+    assert any("modeling_minimax_m2.py" in r for r in allowed.reasons)
+    off = plan(rtx_host, model, {"trust_remote_code": False}, facts)
     assert not off.fits and "trust_remote_code is false" in off.error
 
 
 def test_native_architecture_never_gets_remote_code(rtx_host, all_models):
-    result = plan(rtx_host, all_models["deepseek-ai__DeepSeek-V3"], {"max_model_len": 8192},
+    result = plan(rtx_host, all_models["MiniMaxAI__MiniMax-M2.5.partial"], {},
                   dict(RECORDED_CPU, source="installed"))
     assert result.fits and "--trust-remote-code" not in result.argv
     assert any("is native in vLLM" in r for r in result.reasons)
