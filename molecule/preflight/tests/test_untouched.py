@@ -9,7 +9,7 @@ def test_every_bad_rollout_ran_and_failed():
     runs = json.load(open(os.path.join(PROJECT, "out", "preflight-runs.json")))
     assert sorted(case["what"] for case, rc in runs) == sorted([
         "unknown tool-call parser", "a model that cannot fit", "a flag the installed vLLM does not have", "a port in use",
-        "a missing revision", "an invalid document"])
+        "a missing revision", "an invalid document", "a branch where the revision policy asks for a tag"])
     assert all(rc == 2 for case, rc in runs)
 
 

@@ -136,7 +136,9 @@ def adhoc(module, args):
     done = subprocess.run(["ansible", "-i", os.path.join(PROJECT, "inventories", "sandbox"), "llmops-2", "-m", "llmops.vllm." + module,
                            "-a", json.dumps(args)], capture_output=True, text=True, timeout=120, cwd=PROJECT, check=False,
                           env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                                   ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal"))
+                                   ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
+                                   # ansible.cfg asks for YAML results; this parser reads JSON
+                                   ANSIBLE_CALLBACK_RESULT_FORMAT="json"))
     assert done.returncode == 0, done.stdout + done.stderr
     # "llmops-2 | CHANGED => {...}"; warnings before it may hold "=>" too
     text = done.stdout[done.stdout.index("llmops-2 | "):]
