@@ -481,9 +481,9 @@ def remote_code_files(config: Json) -> List[str]:
         for reference in (value if isinstance(value, list) else [value]):
             if not isinstance(reference, str) or "." not in reference:
                 continue
-            repo, _, module = reference.rpartition("--")
+            repo, separator, module = reference.rpartition("--")
             path = module.rsplit(".", 1)[0].replace(".", "/") + ".py"
-            files.add("%s:%s" % (repo, path) if repo else path)
+            files.add("%s:%s" % (repo, path) if separator else path)
     return sorted(files)
 
 

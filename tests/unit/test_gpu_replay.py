@@ -141,8 +141,8 @@ def test_plans_made_there_still_come_out_the_same(tmp_path, run):
         config, path = name[:-len(".json")].rsplit(".", 1)
         recorded = load(run, "plans", name)
         facts = model_config.model_facts(os.path.join(FIXTURES, "configs", config + ".json"))
-        result = planner.plan(load(run, "module", path + ".json"), facts, None, {"model_id": recorded["model_id"],
-                                                                              "objective": "latency"})
+        request = {"model_id": recorded["model_id"], "objective": "latency"}
+        result = planner.plan(load(run, "module", path + ".json"), facts, None, request)
         if result.fits:
             assert recorded["fits"], name
             assert (result.tensor_parallel_size, result.gpu_indices) == \

@@ -397,8 +397,8 @@ def test_a_refused_probe_fails_and_a_busy_server_is_retried():
 
 
 def test_probes_follow_the_models_template():
-    assert readiness.parser_probes("hermes", "qwen3", HERMES_TEMPLATE) == (["tool_parser", "reasoning_parser"],
-                                                                          "hermes", [])
+    expected = (["tool_parser", "reasoning_parser"], "hermes", [])
+    assert readiness.parser_probes("hermes", "qwen3", HERMES_TEMPLATE) == expected
     # the model's format, not the configured parser's: that is how a wrong parser is caught
     assert readiness.parser_probes("llama3_json", None, HERMES_TEMPLATE)[1] == "hermes"
     assert readiness.parser_probes(None, None, HERMES_TEMPLATE) == ([], None, [])
