@@ -3,6 +3,7 @@
 import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -137,11 +138,13 @@ def adhoc(module, args):
                            "-a", json.dumps(args)], capture_output=True, text=True, timeout=120, cwd=PROJECT, check=False,
                           env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                                    ANSIBLE_LOAD_CALLBACK_PLUGINS="0", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
-                                   # ansible.cfg asks for YAML results; this parser reads JSON
-                                   ANSIBLE_CALLBACK_RESULT_FORMAT="json"))
+                                   # ansible.cfg asks for YAML results; this parser reads JSON. Molecule
+                                   # exports ANSIBLE_FORCE_COLOR, which beats ANSIBLE_NOCOLOR.
+                                   ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_FORCE_COLOR="0"))
     assert done.returncode == 0, done.stdout + done.stderr
     # "llmops-2 | CHANGED => {...}"; warnings before it may hold "=>" too
-    text = done.stdout[done.stdout.index("llmops-2 | "):]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)
+    text = plain[plain.index("llmops-2 | "):]
     return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
 
 
