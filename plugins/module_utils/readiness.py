@@ -55,7 +55,7 @@ PROBE_TOOL: Dict[str, Any] = {
 # without the parser. So the probe asks with tool_choice auto and forces the output, with a
 # structured-output regex, into the format the MODEL writes (read from its chat template): even a
 # random-weight model then "calls" the tool, and only a parser that reads that format turns the text
-# into tool_calls - a valid but wrong parser (llama3_json for a hermes-format model) fails.
+# into tool_calls - a valid but wrong parser (pythonic for a hermes-format model) fails.
 # chat_template_kwargs enable_thinking=false closes the think block in the prompt (templates without
 # it ignore the key), so a reasoning parser does not hold the grammar back.
 PROBE_CALL: Dict[str, Any] = {"name": "get_time", "arguments": {"city": "Paris"}}
@@ -70,12 +70,10 @@ TOOL_CALL_FORMATS: Dict[str, str] = {
 PARSER_TOOL_FORMATS: Dict[str, str] = {"hermes": "hermes", "llama3_json": "llama3_json", "pythonic": "pythonic"}
 # What in a chat template tells the format its model was trained to write, checked in this order.
 TEMPLATE_TOOL_MARKERS = (("<tool_call>", "hermes"), ("<|python_tag|>", "llama3_json"), ('"parameters"', "llama3_json"))
-# Reasoning: output in the think-tag format must come back split into reasoning and content. While
+# Reasoning: the model's answer must come back with the think block split off into reasoning. While
 # a reasoning parser is active, vLLM applies structured outputs only after the think block ends, so
-# this output cannot be forced: it is what the model writes on its own (the sandbox's tiny
-# tiny-qwen3-chat is built to write exactly this to any chat prompt; sandbox/models.py).
-PROBE_REASONING = "Greeting"
-PROBE_ANSWER = "Hello."
+# that output cannot be forced: the probe reads what the model writes on its own (the sandbox's
+# tiny-qwen3-chat is built to answer <think>Greeting</think>Hello.; sandbox/models.py).
 THINK_PARSERS = ("qwen3", "deepseek_r1")
 
 
