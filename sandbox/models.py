@@ -341,7 +341,6 @@ def tokenizer_files(tokenizer_json: Path) -> tuple[dict[str, bytes], dict[str, i
         "tokenizer_config.json": dumps(config),
         "special_tokens_map.json": dumps(special_map),
     }
-    ids["bigram-chain"] = json.loads(tokenizer_json.with_name("bigram-chain.json").read_text())
     return files, ids
 
 
@@ -353,10 +352,9 @@ def dumps(obj) -> bytes:
 
 
 def chat_model_files(
-    name: str, arch: str, tokenizer: dict[str, bytes], ids: dict[str, int], broken: bool = False
+    name: str, arch: str, tokenizer: dict[str, bytes], ids: dict[str, int], broken: bool = False,
+    chain: list[int] | None = None,
 ) -> dict[str, bytes]:
-    chain = ids["bigram-chain"] if name in BIGRAM_MODELS else None
-    ids = {k: v for k, v in ids.items() if isinstance(v, int)}
     n_tokens = max(ids.values()) + 1
     vocab_size = -(-n_tokens // 64) * 64  # padded like real checkpoints
     model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}[arch]
@@ -493,14 +491,16 @@ def up_to_date(repo: Path, params: dict) -> bool:
     return head.returncode == 0 and head.stdout.strip() == recorded.get("head")
 
 
-def build_tokenizer(workdir: Path) -> tuple[dict[str, bytes], dict[str, int]]:
+def build_tokenizer(workdir: Path) -> tuple[dict[str, bytes], dict[str, int], list[int]]:
+    """The tokenizer files, the added tokens' ids, and the bigram chain of BIGRAM_MODELS."""
     venv = ensure_venv("modelgen", [TOKENIZERS_REQUIREMENT], tag="models")
     out = workdir / "tokenizer.json"
     run(
         [str(venv / "bin" / "python"), str(Path(__file__).resolve()), "_train-tokenizer", "--out", str(out)],
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"},
     )
-    return tokenizer_files(out)
+    files, ids = tokenizer_files(out)
+    return files, ids, json.loads(out.with_name("bigram-chain.json").read_text())
 
 
 def build(out: Path, names: list[str], force: bool, large_mib: int) -> dict[str, str]:
@@ -516,12 +516,11 @@ def build(out: Path, names: list[str], force: bool, large_mib: int) -> dict[str,
         return heads
     ensure_git_lfs()
     with tempfile.TemporaryDirectory(prefix="llmops-models-") as tmp:
-        tokenizer = ids = None
+        tokenizer = ids = chain = None
         if any(n != "large-lfs" for n in todo):
             t0 = time.monotonic()
-            tokenizer, ids = build_tokenizer(Path(tmp))
-            log("models", f"tokenizer: {max(v for v in ids.values() if isinstance(v, int)) + 1} tokens in "
-                f"{time.monotonic() - t0:.1f} s")
+            tokenizer, ids, chain = build_tokenizer(Path(tmp))
+            log("models", f"tokenizer: {max(ids.values()) + 1} tokens in {time.monotonic() - t0:.1f} s")
         for name in todo:
             t0 = time.monotonic()
             if name == "large-lfs":
@@ -531,7 +530,8 @@ def build(out: Path, names: list[str], force: bool, large_mib: int) -> dict[str,
                 }
             else:
                 arch = "LlamaForCausalLM" if "llama" in name else "Qwen3ForCausalLM"
-                files = chat_model_files(name, arch, tokenizer, ids, broken=name.endswith("-broken"))
+                files = chat_model_files(name, arch, tokenizer, ids, broken=name.endswith("-broken"),
+                                         chain=chain if name in BIGRAM_MODELS else None)
             files["README.md"] = readme(name, DESCRIPTIONS[name], "v1.0")
             marker = {"generator": GENERATOR_HASH, "params": params[name]}
             head = write_repo(
