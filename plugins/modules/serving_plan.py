@@ -46,7 +46,9 @@ options:
         C(gpu_memory_bytes), C(min_sequences) (KV target, default 4), C(weights_bytes),
         C(tool_call_parser), C(reasoning_parser) (a name, or C(none)), C(speculative_config)
         (auto, off, or a dict), C(numa_bind) (auto, vllm, numactl, off), C(objective) (throughput, the
-        default, fills the host with data-parallel replicas; latency plans the smallest layout that fits), C(enforce_eager),
+        default, takes the layout with the most predicted output tok/s; latency the most single-stream
+        tok/s), C(concurrency), C(input_len), C(output_len) and C(speculative_acceptance) (the load the
+        predicted figures are for; see RV(performance)), C(enforce_eager),
         C(trust_remote_code), C(max_num_batched_tokens), C(max_num_seqs), C(cpu_kv_cache_space_gib),
         C(extra_args) (list), C(env) (dict).
       - Unknown keys are an error, so a typo cannot silently drop an override.
@@ -190,10 +192,72 @@ replica_numa_nodes:
   elements: int
   sample: [0, 1]
 objective:
-  description: C(throughput) (fill the host with data-parallel replicas) or C(latency) (smallest layout that fits).
+  description: C(throughput) (the most predicted output tok/s) or C(latency) (the most single-stream tok/s).
   returned: always
   type: str
   sample: throughput
+performance:
+  description:
+    - The chosen layout's predicted speed (docs/planner.md, "Performance model"); null when it does not fit,
+      on C(device=cpu) and for GPUs the table does not know (RV(performance_note) says why).
+  returned: always
+  type: dict
+  contains:
+    concurrency:
+      description: Requests in flight the figures are for (the request's C(concurrency), default 1).
+      type: int
+    input_len:
+      description: Prompt tokens per request.
+      type: int
+    output_len:
+      description: Output tokens per request.
+      type: int
+    single_stream_tok_s:
+      description: One request's decode tok/s.
+      type: float
+    tpot_ms:
+      description: Time per output token at RV(performance.concurrency).
+      type: float
+    ttft_ms:
+      description: Time to the first token at RV(performance.concurrency).
+      type: float
+    output_tok_s:
+      description: Aggregate output tok/s over all replicas at RV(performance.concurrency).
+      type: float
+    bound:
+      description: What one decode step waits on most (C(memory), C(compute), C(interconnect)).
+      type: str
+    kv_limited:
+      description: The concurrency exceeds what the KV cache (or max_num_seqs) holds, so requests queue.
+      type: bool
+    max_concurrency:
+      description: Requests of input_len + output_len the KV caches hold, all replicas.
+      type: int
+    max_output_tok_s:
+      description: Aggregate output tok/s at RV(performance.max_concurrency).
+      type: float
+    step_ms:
+      description: One decode step's parts (memory, compute, floor, interconnect, total) in ms.
+      type: dict
+    speculative_tokens_per_step:
+      description: Tokens a verify step yields when the plan speculates, else null.
+      type: float
+    speculative_acceptance:
+      description: The acceptance per drafted token assumed for it, else null.
+      type: float
+    gpu:
+      description: The GPU table entry used.
+      type: str
+    precision:
+      description: Tensor-core precision of the weights' kernels (C(bf16), C(fp8), C(fp4)).
+      type: str
+    link:
+      description: The slowest link of the TP group (or of the EP group), in words.
+      type: str
+performance_note:
+  description: Why RV(performance) is null, else null.
+  returned: always
+  type: str
 attention:
   description: Attention kind of the model (C(mla), C(gqa), C(mqa), C(mha)).
   returned: always
@@ -389,6 +453,61 @@ candidates:
       description: Why it was not chosen (invalid, or does not fit), or null.
       type: str
       sample: TP=8 splits each expert's 1536-wide intermediate into 192 per GPU, not a multiple of the FP8 block size 128
+    performance:
+      description: Its predicted speed, as RV(performance); null when it does not fit.
+      type: dict
+      contains:
+        concurrency:
+          description: Requests in flight the figures are for (the request's C(concurrency), default 1).
+          type: int
+        input_len:
+          description: Prompt tokens per request.
+          type: int
+        output_len:
+          description: Output tokens per request.
+          type: int
+        single_stream_tok_s:
+          description: One request's decode tok/s.
+          type: float
+        tpot_ms:
+          description: Time per output token at RV(performance.concurrency).
+          type: float
+        ttft_ms:
+          description: Time to the first token at RV(performance.concurrency).
+          type: float
+        output_tok_s:
+          description: Aggregate output tok/s over all replicas at RV(performance.concurrency).
+          type: float
+        bound:
+          description: What one decode step waits on most (C(memory), C(compute), C(interconnect)).
+          type: str
+        kv_limited:
+          description: The concurrency exceeds what the KV cache (or max_num_seqs) holds, so requests queue.
+          type: bool
+        max_concurrency:
+          description: Requests of input_len + output_len the KV caches hold, all replicas.
+          type: int
+        max_output_tok_s:
+          description: Aggregate output tok/s at RV(performance.max_concurrency).
+          type: float
+        step_ms:
+          description: One decode step's parts (memory, compute, floor, interconnect, total) in ms.
+          type: dict
+        speculative_tokens_per_step:
+          description: Tokens a verify step yields when the plan speculates, else null.
+          type: float
+        speculative_acceptance:
+          description: The acceptance per drafted token assumed for it, else null.
+          type: float
+        gpu:
+          description: The GPU table entry used.
+          type: str
+        precision:
+          description: Tensor-core precision of the weights' kernels (C(bf16), C(fp8), C(fp4)).
+          type: str
+        link:
+          description: The slowest link of the TP group (or of the EP group), in words.
+          type: str
 reasons:
   description: One line per decision.
   returned: always

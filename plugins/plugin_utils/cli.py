@@ -6,9 +6,11 @@
     llmops-vllm topology --topo-file F [--query-file F] [--numactl-file F] [--sysfs-root DIR] [--json]
     llmops-vllm model --model PATH [--json]
     llmops-vllm plan (--topo-file F [--query-file F] | --facts F) --model PATH [overrides] [--json]
+    llmops-vllm compare <host inputs> --model A [--model-id ID] --model B ... [overrides] [--json]
     llmops-vllm validate --inventory PATH [--json]        the desired state (vllm_model) of every host
 
-Exit codes: 0 success; 2 valid input but the model does not fit (plan); 1 bad input or usage.
+Exit codes: 0 success; 2 valid input but the model does not fit (plan; compare: none fits); 1 bad
+input or usage.
 With --json stdout is exactly one JSON object ({"error": "..."} on exit 1) and stderr one
 readable line; never a traceback. The same functions back the Ansible modules, so the keys are
 the same (docs/ARCHITECTURE.md, "Contracts").
@@ -23,7 +25,10 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
-from ansible_collections.llmops.vllm.plugins.plugin_utils import contracts, desired_state, planner, planner_rules
+from ansible_collections.llmops.vllm.plugins.plugin_utils import (
+    contracts, desired_state, planner, planner_performance, planner_rules)
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_performance import (
+    DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_SPECULATIVE_ACCEPTANCE)
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT = 0, 1, 2
 GIB = planner_rules.GIB
@@ -84,7 +89,7 @@ def _add_topology_inputs(parser: argparse.ArgumentParser, facts_option: bool) ->
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="llmops-vllm", description="Plan how vLLM should serve a model on a host, from captured facts.")
-    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan,validate}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan,compare,validate}", parser_class=_Parser)
     sub.required = True
 
     p_topo = sub.add_parser("topology", help="GPU topology facts from captured nvidia-smi/numactl/sysfs outputs")
@@ -96,10 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
     p_model.add_argument("--json", action="store_true")
 
     p_plan = sub.add_parser("plan", help="a serving plan for a model on a host")
-    _add_topology_inputs(p_plan, facts_option=True)
-    p_plan.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (2^30 bytes); overrides the query file")
+    _add_plan_options(p_plan)
     p_plan.add_argument("--model", required=True, help="a model directory (config.json, ...) or a config.json file")
     p_plan.add_argument("--model-id", help="ORG/NAME on the hub (picks parsers between generations, names the model)")
+    p_plan.add_argument("--json", action="store_true")
+
+    p_compare = sub.add_parser("compare", help="rank models on one host by predicted speed and memory headroom")
+    _add_plan_options(p_compare)
+    p_compare.add_argument("--model", action="append", required=True,
+                           help="a model directory or config.json; repeat for each model to compare")
+    p_compare.add_argument("--model-id", action="append", default=[],
+                           help="ORG/NAME of the n-th --model (repeat in the same order)")
+    p_compare.add_argument("--json", action="store_true")
+
+    p_valid = sub.add_parser("validate", help="check the desired state (vllm_model) of every host of an inventory")
+    p_valid.add_argument("--inventory", "-i", required=True, help="inventory path, as for ansible-playbook -i")
+    p_valid.add_argument("--variable", default="vllm_model")
+    p_valid.add_argument("--json", action="store_true")
+    return parser
+
+
+def _add_plan_options(p_plan: argparse.ArgumentParser) -> None:
+    """The host inputs and the overrides `plan` and `compare` share."""
+    _add_topology_inputs(p_plan, facts_option=True)
+    p_plan.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (2^30 bytes); overrides the query file")
     p_plan.add_argument("--model-path", help="the path vLLM will load from on the host (default: --model-id, else --model)")
     p_plan.add_argument("--served-model-name")
     p_plan.add_argument("--weights-bytes", type=int, help="checkpoint size in bytes when no safetensors index is at hand")
@@ -119,19 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_plan.add_argument("--reasoning-parser", help="a parser name, or none")
     p_plan.add_argument("--numa-bind", choices=("auto", "vllm", "numactl", "off"), default="auto")
     p_plan.add_argument("--objective", choices=("throughput", "latency"), default="throughput",
-                        help="throughput (default): fill the host with data-parallel replicas of the smallest layout "
-                             "that fits; latency: that layout alone")
+                        help="throughput (default): the layout with the most predicted output tok/s (at --concurrency "
+                             "when given, else at the load its KV cache holds); latency: the most single-stream tok/s")
+    p_plan.add_argument("--concurrency", type=int, help="requests in flight for the predicted figures (default 1)")
+    p_plan.add_argument("--input-len", type=int, help="prompt tokens per request (default %d)" % DEFAULT_INPUT_LEN)
+    p_plan.add_argument("--output-len", type=int, help="output tokens per request (default %d)" % DEFAULT_OUTPUT_LEN)
+    p_plan.add_argument("--speculative-acceptance", type=float,
+                        help="assumed acceptance per drafted token when the plan speculates (default %g)"
+                             % DEFAULT_SPECULATIVE_ACCEPTANCE)
     p_plan.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
     p_plan.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=None,
                         help="run the checkpoint's own code (auto_map) when vLLM has no native implementation; "
                              "never switched on by the planner itself")
-    p_plan.add_argument("--json", action="store_true")
-
-    p_valid = sub.add_parser("validate", help="check the desired state (vllm_model) of every host of an inventory")
-    p_valid.add_argument("--inventory", "-i", required=True, help="inventory path, as for ansible-playbook -i")
-    p_valid.add_argument("--variable", default="vllm_model")
-    p_valid.add_argument("--json", action="store_true")
-    return parser
 
 
 def inventory_hostvars(path: str) -> Dict[str, Dict[str, Any]]:
@@ -168,14 +192,17 @@ def _gpu_list(text: str) -> List[int]:
         raise UsageError("--gpus %r: expected comma-separated GPU indices such as 0,1,2,3" % text)
 
 
-def make_plan(args: argparse.Namespace) -> Tuple[contracts.ServingPlan, Dict[str, Any]]:
+def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
+              model_id: Optional[str] = None) -> Tuple[contracts.ServingPlan, Dict[str, Any]]:
+    model_path = model_path or args.model
+    model_id = model_id if model_path != args.model else args.model_id
     host = host_facts_from_args(args)
-    model = model_config.model_facts(args.model)
+    model = model_config.model_facts(model_path)
     vllm = _read_json(args.vllm_facts, "vLLM facts file") if args.vllm_facts else None
     if vllm is not None:
         vllm.setdefault("source", "installed")
     request: Dict[str, Any] = {
-        "model_id": args.model_id, "model_path": args.model_path, "served_model_name": args.served_model_name,
+        "model_id": model_id, "model_path": args.model_path, "served_model_name": args.served_model_name,
         "weights_bytes": args.weights_bytes, "device": args.device, "max_model_len": args.max_model_len,
         "tensor_parallel_size": args.tensor_parallel_size, "data_parallel_size": args.data_parallel_size,
         "enable_expert_parallel": args.enable_expert_parallel,
@@ -183,7 +210,8 @@ def make_plan(args: argparse.Namespace) -> Tuple[contracts.ServingPlan, Dict[str
         "gpus": _gpu_list(args.gpus) if args.gpus else None,
         "tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
         "numa_bind": args.numa_bind, "objective": args.objective, "enforce_eager": args.enforce_eager,
-        "trust_remote_code": args.trust_remote_code,
+        "trust_remote_code": args.trust_remote_code, "concurrency": args.concurrency, "input_len": args.input_len,
+        "output_len": args.output_len, "speculative_acceptance": args.speculative_acceptance,
     }
     if args.min_sequences is not None:
         request["min_sequences"] = args.min_sequences
@@ -191,9 +219,77 @@ def make_plan(args: argparse.Namespace) -> Tuple[contracts.ServingPlan, Dict[str
         if args.gpu_memory_gib <= 0:
             raise UsageError("--gpu-memory-gib must be > 0, got %g" % args.gpu_memory_gib)
         request["gpu_memory_bytes"] = int(args.gpu_memory_gib * GIB)
-    if not args.model_id and not args.model_path:
-        request["model_path"] = args.model
+    if not model_id and not args.model_path:
+        request["model_path"] = model_path
     return planner.plan(host, model, vllm, request), host
+
+
+def compare_models(args: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Every --model planned on the same host with the same overrides, ranked for the objective:
+    fitting models first, then by predicted aggregate tok/s (throughput) or single-stream tok/s
+    (latency), then by KV headroom; each entry says why in numbers."""
+    if len(args.model_id) > len(args.model):
+        raise UsageError("--model-id given %d times for %d --model" % (len(args.model_id), len(args.model)))
+    if args.model_path or args.served_model_name:
+        raise UsageError("compare: --model-path and --served-model-name name one model; leave them out")
+    entries: List[Tuple[contracts.ServingPlan, str]] = []
+    host: Dict[str, Any] = {}
+    for n, path in enumerate(args.model):
+        model_id = args.model_id[n] if n < len(args.model_id) else None
+        plan, host = make_plan(args, path, model_id or None)
+        entries.append((plan, model_id or path))
+    given = args.concurrency is not None
+
+    def value(plan: contracts.ServingPlan) -> float:
+        perf = plan.performance
+        if not plan.fits or perf is None:
+            return -1.0
+        return planner_performance.ranking_value(perf, plan.objective, given)
+
+    ranked = sorted(entries, key=lambda e: (e[0].fits, value(e[0]), e[0].kv_cache_tokens or 0), reverse=True)
+    ranking: List[Dict[str, Any]] = []
+    reasons: List[str] = []
+    for plan, name in ranked:
+        perf = plan.performance
+        why = []
+        if not plan.fits:
+            why.append("does not fit: %s" % (plan.error or "?"))
+        elif perf is None:
+            why.append(plan.performance_note or "no performance prediction")
+        else:
+            why.append("%s: %s" % (plan.layout, planner_performance.explain(perf)))
+            why.append("one decode step at concurrency %d: %s" % (perf.concurrency, ", ".join(
+                "%s %.2f ms" % (k, v) for k, v in sorted(perf.step_ms.items()) if k != "total")))
+            why.append(_attention_why(plan, perf))
+        ranking.append({"model": name, "fits": plan.fits, "layout": plan.layout,
+                        "performance": perf.model_dump() if perf else None, "kv_cache_tokens": plan.kv_cache_tokens,
+                        "max_concurrent_sequences": plan.max_concurrent_sequences, "why": why})
+    measure = "single-stream tok/s" if args.objective == "latency" else (
+        "output tok/s at concurrency %d" % args.concurrency if given else "output tok/s at the load the KV cache holds")
+    reasons.append("ranked for objective %s by predicted %s, then KV headroom" % (args.objective, measure))
+    fitting = [r for r in ranking if r["fits"] and r["performance"]]
+    if len(fitting) >= 2:
+        first, second = fitting[0], fitting[1]
+        key = "single_stream_tok_s" if args.objective == "latency" else ("output_tok_s" if given else "max_output_tok_s")
+        a, b = float(first["performance"][key]), float(second["performance"][key])
+        reasons.append("%s is predicted %.1fx faster than %s (%.0f vs %.0f tok/s)" % (
+            first["model"], a / b if b else float("inf"), second["model"], a, b))
+    return {"ranking": ranking, "objective": args.objective, "reasons": reasons}, host
+
+
+def _attention_why(plan: contracts.ServingPlan, perf: contracts.Performance) -> str:
+    """The model-shape part of the difference: what a step reads and exchanges, in the user's terms."""
+    tp = plan.tensor_parallel_size
+    if plan.attention == "mla":
+        kv = "MLA latent KV (%d bytes per token) replicated on every one of the %d TP ranks" % (
+            plan.kv_cache_bytes_per_token or 0, tp)
+    else:
+        kv = "%s with %d KV bytes per token per GPU split over %d rank(s)" % (
+            plan.attention.upper(), plan.kv_cache_bytes_per_token or 0, tp)
+    ep = "expert parallel (all-to-all instead of the experts' all-reduce)" if plan.enable_expert_parallel else \
+        "no expert parallelism"
+    return "%s; %s; %s, %s weights per GPU %.1f GiB; the slowest link: %s" % (
+        kv, ep, perf.gpu, perf.precision, (plan.weights_bytes_per_gpu or 0) / GIB, perf.link)
 
 
 # --------------------------------------------------------------------------- readable output
@@ -298,6 +394,15 @@ def render_plan(plan: Dict[str, Any], host: Dict[str, Any]) -> str:
              ("NUMA binding", plan["numa_binding"] or "none"),
              ("vLLM facts", "%s %s (%s)" % (plan["vllm"].get("distribution") or "vllm",
                                             plan["vllm"].get("version") or "?", plan["vllm"].get("source")))]
+    perf = plan.get("performance")
+    if perf:
+        rows2 = [("predicted (%s, %s)" % (perf["gpu"], perf["precision"]), "%.0f tok/s single-stream; TPOT %.1f ms, TTFT %.0f ms, "
+                  "%.0f output tok/s at concurrency %d (%d in / %d out, %s-bound); up to %.0f tok/s at %d requests" % (
+                      perf["single_stream_tok_s"], perf["tpot_ms"], perf["ttft_ms"], perf["output_tok_s"], perf["concurrency"],
+                      perf["input_len"], perf["output_len"], perf["bound"], perf["max_output_tok_s"], perf["max_concurrency"]))]
+        rows += rows2
+    elif plan.get("performance_note"):
+        rows.append(("predicted", plan["performance_note"]))
     out.append(_table(rows, ("", "")))
     if plan["error"]:
         out += ["", "**Error:** %s" % plan["error"]]
@@ -306,13 +411,39 @@ def render_plan(plan: Dict[str, Any], host: Dict[str, Any]) -> str:
         out += ["", "Warnings:"] + ["- %s" % w for w in plan["warnings"]]
     cands = [c for c in plan.get("candidates") or [] if c["valid"]]
     if plan["device"] == "cuda" and cands:
+        def figures(c: Dict[str, Any]) -> Tuple[str, str, str]:
+            p = c.get("performance")
+            if not p:
+                return ("", "", "")
+            return ("%.0f" % p["single_stream_tok_s"], "%.0f" % p["output_tok_s"], "%.0f" % p["max_output_tok_s"])
         out += ["", "Layouts considered:", "", _table(
-            [(c["label"], ",".join(str(i) for i in c["gpu_indices"]), "yes" if c["fits"] else "no", c["kv_cache_tokens"],
-              c["why_not"] or "") for c in cands], ("layout", "GPUs", "fits", "KV tokens", "why not"))]
+            [(c["label"], ",".join(str(i) for i in c["gpu_indices"]), "yes" if c["fits"] else "no", c["kv_cache_tokens"])
+             + figures(c) + (c["why_not"] or "",) for c in cands],
+            ("layout", "GPUs", "fits", "KV tokens", "tok/s single", "tok/s at concurrency", "tok/s full load", "why not"))]
     if plan["argv"]:
         env = " ".join("%s=%s" % (k, _shell_quote(v)) for k, v in sorted(plan["env"].items()))
         cmd = " ".join(_shell_quote(w) for w in plan["exec_prefix"] + ["vllm"] + plan["argv"])
         out += ["", "Command:", "", "```", (env + " " if env else "") + cmd, "```"]
+    return "\n".join(out)
+
+
+def render_compare(report: Dict[str, Any], host: Dict[str, Any]) -> str:
+    gpus = host.get("gpus") or []
+    where = "%d x %s (%s)" % (len(gpus), gpus[0].get("name") or "GPU", host.get("interconnect")) if gpus else "a CPU host"
+    out = ["## Models compared on %s (objective %s)" % (where, report["objective"]), ""]
+    rows = []
+    for rank, entry in enumerate(report["ranking"], 1):
+        perf = entry["performance"] or {}
+        rows.append((rank, entry["model"], "yes" if entry["fits"] else "no", entry["layout"] or "-",
+                     "%.0f" % perf["single_stream_tok_s"] if perf else "-",
+                     "%.0f @ %d" % (perf["output_tok_s"], perf["concurrency"]) if perf else "-",
+                     "%.0f @ %d" % (perf["max_output_tok_s"], perf["max_concurrency"]) if perf else "-",
+                     entry["kv_cache_tokens"] if entry["kv_cache_tokens"] is not None else "-"))
+    out.append(_table(rows, ("#", "model", "fits", "layout", "tok/s single", "tok/s at concurrency", "tok/s full load",
+                             "KV tokens")))
+    out += ["", "Why:"] + ["- %s" % r for r in report["reasons"]]
+    for entry in report["ranking"]:
+        out += ["", "%s:" % entry["model"]] + ["- %s" % w for w in entry["why"]]
     return "\n".join(out)
 
 
@@ -356,6 +487,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                 sys.stderr.write("llmops-vllm: %d host(s) with an invalid %s\n" % (len(report["problems"]), args.variable))
                 return EXIT_BAD_INPUT
             return EXIT_OK
+        if args.command == "compare":
+            report, host = compare_models(args)
+            sys.stdout.write((json.dumps(report, indent=2, sort_keys=True) if as_json else render_compare(report, host)) + "\n")
+            return EXIT_OK if any(r["fits"] for r in report["ranking"]) else EXIT_DOES_NOT_FIT
         result, host = make_plan(args)
         data = result.model_dump()
         sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else render_plan(data, host)) + "\n")

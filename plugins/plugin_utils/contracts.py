@@ -166,6 +166,13 @@ class _Facts(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class PcieLink(_Facts):
+    gen_current: Optional[int] = None
+    gen_max: Optional[int] = None
+    width_current: Optional[int] = None
+    width_max: Optional[int] = None
+
+
 class Gpu(_Facts):
     index: int
     name: Optional[str] = None
@@ -174,6 +181,7 @@ class Gpu(_Facts):
     memory_bytes: Optional[int] = None
     numa_node: Optional[int] = None
     compute_capability: Optional[str] = None
+    pcie: Optional[PcieLink] = None  # gen/width current and max (topology's pcie fact)
 
 
 class HostResources(_Facts):
@@ -282,6 +290,10 @@ class PlanRequest(BaseModel):
     speculative_config: Union[Literal["auto", "off"], Dict[str, Any]] = "auto"
     numa_bind: Literal["auto", "vllm", "numactl", "off"] = "auto"
     objective: Literal["throughput", "latency"] = "throughput"
+    concurrency: Optional[int] = Field(default=None, ge=1)  # None: 1 for the figures, full load for the ranking
+    input_len: Optional[int] = Field(default=None, ge=1)
+    output_len: Optional[int] = Field(default=None, ge=1)
+    speculative_acceptance: Optional[float] = Field(default=None, ge=0, lt=1)
     enforce_eager: Optional[bool] = None
     trust_remote_code: Optional[bool] = None
     max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
@@ -316,6 +328,27 @@ class MemoryPerGpu(BaseModel):
     kv_cache_bytes: int
 
 
+class Performance(BaseModel):
+    """Predicted speed of one layout (plugin_utils/planner_performance.py; docs/planner.md)."""
+    concurrency: int
+    input_len: int
+    output_len: int
+    single_stream_tok_s: float  # one request's decode tok/s
+    tpot_ms: float  # at `concurrency`
+    ttft_ms: float  # at `concurrency`
+    output_tok_s: float  # aggregate over all replicas at `concurrency`
+    bound: Literal["memory", "compute", "interconnect"]
+    kv_limited: bool = False  # `concurrency` exceeds what the KV cache (or max_num_seqs) holds: requests queue
+    max_concurrency: int = 0  # requests of input_len + output_len the KV cache holds, all replicas
+    max_output_tok_s: float = 0.0  # aggregate at max_concurrency
+    step_ms: Dict[str, float] = Field(default_factory=dict)  # one decode step: memory, compute, interconnect, overhead
+    speculative_tokens_per_step: Optional[float] = None
+    speculative_acceptance: Optional[float] = None
+    gpu: Optional[str] = None  # the GPU table entry used
+    precision: Optional[str] = None  # tensor-core precision of the weights' kernels
+    link: Optional[str] = None  # the slowest link of the TP group (or EP group)
+
+
 class Candidate(BaseModel):
     """One parallel layout the planner considered, for the reviewer's table."""
     label: str = ""
@@ -331,6 +364,7 @@ class Candidate(BaseModel):
     kv_cache_tokens: int = 0
     memory: Optional[MemoryPerGpu] = None
     why_not: Optional[str] = None
+    performance: Optional[Performance] = None  # None when it does not fit, on CPU, or for an unknown GPU
 
 
 class ServingPlan(BaseModel):
@@ -352,6 +386,8 @@ class ServingPlan(BaseModel):
     replica_gpu_indices: List[List[int]] = Field(default_factory=list)
     replica_numa_nodes: List[Optional[int]] = Field(default_factory=list)
     objective: str = "throughput"
+    performance: Optional[Performance] = None
+    performance_note: Optional[str] = None  # why performance is null
     attention: str
     quantization: Optional[str] = None
     weights_bytes: int
@@ -438,7 +474,7 @@ class GpuInfo(Gpu):
 
     numa_source: Optional[str] = None
     cpu_affinity: Optional[str] = None
-    pcie: Pcie
+    pcie: Pcie  # type: ignore[assignment]  # the result's stricter shape (extra keys forbidden)
     health: Optional[GpuHealth] = None
 
 

@@ -23,14 +23,19 @@ import math
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
-    Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, ServingPlan, VllmFacts, has_flag,
+    Candidate, HostFacts, MemoryPerGpu, ModelFacts, Performance, PlanInputError, PlanRequest, ServingPlan, VllmFacts,
+    has_flag,
     layout_label, parse_facts, require_argv, requires)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import (
     PlanContext, closest, describe_links, evaluate, invalid_candidate, layouts, numa_of, replica_gpu_sets)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
     CPU_MEMORY_FRACTION, CPU_QUANTIZATIONS, CPU_RUNTIME_BYTES, DEFAULT_MAX_MODEL_LEN_CAP, FALLBACK_GPU_MEMORY_UTILIZATION,
-    GIB, choose_parser, default_parsers, profiles_cuda_graphs, divisibility_problems, gib_text, hardware_problems, kv_bytes_per_token_per_gpu,
+    GIB, choose_parser, default_parsers, scheduler_defaults,
+    profiles_cuda_graphs, divisibility_problems, gib_text, hardware_problems, kv_bytes_per_token_per_gpu,
     vllm_supports)
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_performance import (
+    DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_SPECULATIVE_ACCEPTANCE, Workload, explain, predict, ranking_value)
+from ansible_collections.llmops.vllm.plugins.plugin_utils.gpu_specs import gpu_spec
 from ansible_collections.llmops.vllm.plugins.plugin_utils.vllm_release import RELEASE_FACTS
 
 
@@ -86,10 +91,15 @@ def resolve(host: HostFacts, model: ModelFacts, vllm: VllmFacts, request: PlanRe
                         % (vllm.version or "?"))
     trust_remote_code, unsupported = _remote_code(model, vllm, request, notes)
     tool, reasoning, speculative = _parsers_and_speculation(model, vllm, request, notes)
+    workload = Workload(concurrency=request.concurrency or 1, input_len=request.input_len or DEFAULT_INPUT_LEN,
+                        output_len=request.output_len or DEFAULT_OUTPUT_LEN,
+                        speculative_acceptance=DEFAULT_SPECULATIVE_ACCEPTANCE if request.speculative_acceptance is None
+                        else request.speculative_acceptance)
     return PlanContext(host=host, model=model, vllm=vllm, request=request, weights=weights,
                        max_model_len=max_model_len, kv_dtype_bytes=1 if request.kv_cache_dtype.startswith("fp8") else 2,
                        target_tokens=target_tokens, trust_remote_code=trust_remote_code, unsupported=unsupported,
-                       tool_call_parser=tool, reasoning_parser=reasoning, speculative_config=speculative)
+                       tool_call_parser=tool, reasoning_parser=reasoning, speculative_config=speculative,
+                       workload=workload, concurrency_given=request.concurrency is not None)
 
 
 def _remote_code(model: ModelFacts, vllm: VllmFacts, request: PlanRequest, notes: Notes) -> Tuple[bool, Optional[str]]:
@@ -300,8 +310,10 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
             "memory model, calibrated on older logs, does not count them, so the KV cache may be smaller by their size "
             "(0.1-6 GiB per GPU in public logs)" % vllm.version)
 
+    unknown = sorted({g.name or "unnamed GPU" for g in selected if gpu_spec(g.name) is None})
+    predictable = not unknown
     candidates, chosen = [], None
-    for tp, dp, ep in layouts(ctx, available):
+    for tp, dp, ep in layouts(ctx, available, explore=predictable):
         world = tp * dp
         if world > len(available):
             candidates.append(invalid_candidate(tp, dp, ep, "needs %d GPUs, %d available" % (world, len(available))))
@@ -311,10 +323,14 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
             candidates.append(invalid_candidate(tp, dp, ep, "; ".join(problems)))
             continue
         candidate = evaluate(ctx, tp, dp, ep, _flat(replica_gpu_sets(host, available, tp, dp)), util, enforce_eager)
+        if candidate.fits and predictable:
+            candidate.performance, _why = _predict(ctx, candidate)
         candidates.append(candidate)
         if candidate.fits and chosen is None:
             chosen = candidate
-    if chosen is not None:
+    if chosen is not None and predictable:
+        chosen = _choose_by_numbers(ctx, notes, candidates)
+    elif chosen is not None:
         chosen = _fill_host_with_replicas(ctx, notes, candidates, chosen, available, util, enforce_eager)
     best = chosen or closest(candidates)
     plan_ = ServingPlan(
@@ -330,11 +346,55 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
         plan_.error = "; ".join(problems + [_nearest_option(ctx, candidates, available, util, head=invalid)])
         return plan_
     _fill_layout(ctx, notes, plan_, best, enforce_eager)
+    plan_.performance = best.performance if chosen else None
+    if not chosen:
+        plan_.performance_note = "does not fit: no performance"
+    elif not predictable:
+        plan_.performance_note = ("no datasheet figures for %s in the GPU table (plugin_utils/gpu_specs.py): no "
+                                  "performance; layouts chosen by size alone" % ", ".join(unknown))
+        notes.warnings.append(plan_.performance_note)
     if not chosen:
         problems.append(_nearest_option(ctx, candidates, available, util))
     if problems:
         plan_.error = "; ".join(problems)
     return plan_
+
+
+def _predict(ctx: PlanContext, cand: Candidate) -> Tuple[Optional[Performance], Optional[str]]:
+    mem = cast(MemoryPerGpu, cand.memory)
+    names = [g.name for g in ctx.host.gpus if g.index in cand.gpu_indices]
+    seqs = ctx.request.max_num_seqs or scheduler_defaults(mem.gpu_memory_bytes, names[0] if names else None)[1]
+    return predict(ctx.model, ctx.weights, ctx.host, cand, ctx.workload, ctx.kv_dtype_bytes, seqs,
+                   ctx.speculative_config)
+
+
+TIE = 0.02  # predictions within 2 % of the best are a tie, and the smaller TP (then world size) wins
+
+
+def _choose_by_numbers(ctx: PlanContext, notes: Notes, candidates: Sequence[Candidate]) -> Candidate:
+    """The fitting layout the performance model ranks first for the objective."""
+    objective, given = ctx.request.objective, ctx.concurrency_given
+    ranked = [c for c in candidates if c.fits and c.performance]
+    value = {id(c): ranking_value(cast(Performance, c.performance), objective, given) for c in ranked}
+    top = max(value.values())
+    ties = [c for c in ranked if value[id(c)] >= top * (1 - TIE)]
+    chosen = min(ties, key=lambda c: (c.tensor_parallel_size, c.tensor_parallel_size * c.data_parallel_size,
+                                      not c.enable_expert_parallel))
+    perf = cast(Performance, chosen.performance)
+    if objective == "latency":
+        measure = "single-stream decode tok/s"
+    elif given:
+        measure = "output tok/s at concurrency %d" % ctx.workload.concurrency
+    else:
+        measure = "output tok/s at the load its KV cache holds (--concurrency ranks at a given load)"
+    others = sorted((c for c in ranked if c is not chosen), key=lambda c: -value[id(c)])[:3]
+    versus = "; ".join("%s %.0f" % (c.label, value[id(c)]) for c in others)
+    notes.reasons.append("objective %s: %s ranks first by predicted %s: %.0f%s%s" % (
+        objective, chosen.label, measure, value[id(chosen)], " (vs %s)" % versus if versus else "",
+        "; within %d %% of the best, the smaller TP wins" % int(TIE * 100) if len(ties) > 1 else ""))
+    notes.reasons.append("predicted for %s (%s, %s, %s): %s" % (
+        chosen.label, perf.gpu, perf.precision, perf.link, explain(perf)))
+    return chosen
 
 
 def _flat(sets: Sequence[Sequence[int]]) -> List[int]:
@@ -440,13 +500,16 @@ def _explain_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Ca
     why_tp = "%s on %d GPU(s)" % (cand.label, tp * dp)
     what = "the smallest layout that fits" if group == tp * dp else \
         "%s is the smallest layout that fits" % layout_label("cuda", tp, 1, ep)
+    too_small = "; ".join("%s: %s" % (c.label, c.why_not) for c in smaller[:3] if c.why_not and not c.fits)
     if request.tensor_parallel_size:
         why_tp += " (override)"
+    elif cand.performance is not None:
+        why_tp += ": the fastest predicted layout that fits" + (" (smaller ones do not: %s)" % too_small if too_small else "")
     elif smaller:
         why_tp += ": %s (%s)" % (what, "; ".join("%s: %s" % (c.label, c.why_not) for c in smaller[:3] if c.why_not))
     else:
         why_tp += ": %s" % what
-    if host.interconnect in ("pcie", "mixed") and not request.tensor_parallel_size:
+    if host.interconnect in ("pcie", "mixed") and not request.tensor_parallel_size and cand.performance is None:
         why_tp += "; on PCIe every extra TP rank adds all-reduce traffic, so fewer is faster"
     notes.reasons.append(why_tp)
     # Layouts smaller than the chosen one that the model's shape rules out explain the choice too.
@@ -631,6 +694,8 @@ def plan(host: Union[HostFacts, Dict[str, Any]], model: Union[ModelFacts, Dict[s
     if device == "cuda" and not host.gpus:
         raise PlanInputError("device cuda: the host facts list no GPU")
     result = _plan_gpu(ctx, notes) if device == "cuda" else _plan_cpu(ctx, notes)
+    if device == "cpu":
+        result.performance_note = "device cpu: the performance model covers GPUs only"
     result.objective = request.objective
     result.model_id = request.model_id
     result.model_path = request.model_path or model.path

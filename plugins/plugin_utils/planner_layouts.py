@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     Candidate, HostFacts, MemoryPerGpu, ModelFacts, PlanInputError, PlanRequest, VllmFacts, has_flag, layout_label)
+from ansible_collections.llmops.vllm.plugins.plugin_utils.gpu_specs import pair_links
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_performance import Workload
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
     gib_text, kv_bytes_per_token_per_gpu, link_rank, runtime_overhead_bytes, scheduler_defaults)
 
@@ -31,6 +33,8 @@ class PlanContext:
     tool_call_parser: Optional[str] = None
     reasoning_parser: Optional[str] = None
     speculative_config: Optional[Dict[str, Any]] = None
+    workload: Workload = Workload()
+    concurrency_given: bool = False
 
 
 def numa_of(host: HostFacts, index: int) -> Optional[int]:
@@ -39,20 +43,6 @@ def numa_of(host: HostFacts, index: int) -> Optional[int]:
         if gpu.index == index:
             return gpu.numa_node
     return None
-
-
-def pair_links(host: HostFacts, indices: Sequence[int]) -> List[Optional[str]]:
-    """The nvidia-smi link word of every pair of ``indices`` (None where unknown)."""
-    order = [g.index for g in host.gpus]
-    links: List[Optional[str]] = []
-    if not host.links:
-        return links
-    for a, b in itertools.combinations(indices, 2):
-        try:
-            links.append(host.links[order.index(a)][order.index(b)])
-        except (ValueError, IndexError):
-            links.append(None)
-    return links
 
 
 def choose_gpu_set(host: HostFacts, available: Sequence[int], count: int) -> List[int]:
@@ -105,22 +95,31 @@ def auto_expert_parallel(ctx: PlanContext, world_size: int) -> bool:
     return bool(ctx.model.moe) and world_size > 1 and has_flag(ctx.vllm, "--enable-expert-parallel") is not False
 
 
-def layouts(ctx: PlanContext, available: Sequence[int]) -> List[Tuple[int, int, bool]]:
+def layouts(ctx: PlanContext, available: Sequence[int], explore: bool = False) -> List[Tuple[int, int, bool]]:
     """Parallel layouts to try, in order of preference: the smallest world size first (least
-    all-reduce traffic, which dominates on PCIe), then the smallest TP."""
+    all-reduce traffic, which dominates on PCIe), then the smallest TP. With ``explore`` (the
+    performance model ranks them) also every number of data-parallel replicas the GPUs hold
+    (throughput objective) and, for MoE, each layout with and without expert parallelism."""
     request = ctx.request
     n = len(available)
     tps = [request.tensor_parallel_size] if request.tensor_parallel_size else list(range(1, n + 1))
-    dps = [request.data_parallel_size] if request.data_parallel_size else [1]
     found: List[Tuple[int, int, int, bool]] = []
     for tp in tps:
+        if request.data_parallel_size:
+            dps = [request.data_parallel_size]
+        elif explore and request.objective == "throughput" and n // tp > 1:
+            dps = list(range(1, n // tp + 1))
+        else:
+            dps = [1]
         for dp in dps:
             if request.enable_expert_parallel is not None:
-                ep = request.enable_expert_parallel
+                eps = [request.enable_expert_parallel]
+            elif explore and dp == 1 and auto_expert_parallel(ctx, tp * dp):
+                eps = [True, False]
             else:
-                ep = auto_expert_parallel(ctx, tp * dp)
-            found.append((tp * dp, tp, dp, ep))
-    return [(tp, dp, ep) for _ignored, tp, dp, ep in sorted(found)]
+                eps = [auto_expert_parallel(ctx, tp * dp)]
+            found.extend((tp * dp, tp, dp, ep) for ep in eps)
+    return [(tp, dp, ep) for _ignored, tp, dp, ep in sorted(found, key=lambda f: (f[0], f[1], f[2], not f[3]))]
 
 
 def invalid_candidate(tp: int, dp: int, ep: bool, why_not: str) -> Candidate:

@@ -56,10 +56,14 @@ def test_plan_story_json(tmp_path):
                 "gpu_memory_utilization", "tool_call_parser", "reasoning_parser", "argv", "env", "reasons",
                 "warnings", "error", "layout", "host", "port"):
         assert key in data, key
-    # The default objective (throughput) fills the host: one TP=4 group per NUMA node.
-    assert data["fits"] and data["tensor_parallel_size"] == 4 and data["data_parallel_size"] == 2
-    assert data["numa_node"] is None and data["replica_numa_nodes"] == [0, 1]
-    assert data["layout"] == "TP=4+EP x DP=2" and all(c["label"] for c in data["candidates"])
+    # The default objective (throughput) fills the host with the layout predicted fastest at full load.
+    assert data["fits"] and data["tensor_parallel_size"] * data["data_parallel_size"] == 8
+    assert data["numa_node"] is None and set(data["replica_numa_nodes"]) == {0, 1}
+    assert data["layout"] == "TP=1+EP x DP=8" and all(c["label"] for c in data["candidates"])
+    perf = data["performance"]
+    assert perf["concurrency"] == 1 and perf["single_stream_tok_s"] > 0 and perf["bound"] in (
+        "memory", "compute", "interconnect")
+    assert all(("performance" in c) and (c["performance"] is None) == (not c["fits"]) for c in data["candidates"])
     assert data["argv"][:2] == ["serve", "MiniMaxAI/MiniMax-M2.5"]
 
 
@@ -68,7 +72,8 @@ def test_plan_readable_table(tmp_path):
                          "--model", make_model_dir(tmp_path, "nvidia__Kimi-K2.5-NVFP4"), "--model-id", "nvidia/Kimi-K2.5-NVFP4",
                          "--kv-cache-dtype", "fp8")  # at 4 x 32k tokens of bf16 KV it does not fit 8 x 96 GB
     assert code == 0, err
-    assert "| layout | %s |" % "TP=8+EP" in out and "| TP=8+EP |" in out and "Why:" in out and "vllm serve nvidia/Kimi-K2.5-NVFP4" in out
+    assert "| layout | %s |" % "TP=8" in out and "| TP=8+EP |" in out and "Why:" in out and "vllm serve nvidia/Kimi-K2.5-NVFP4" in out
+    assert "| predicted (RTX PRO 6000 Blackwell, fp4) |" in out and "tok/s single" in out
 
 
 def test_gpu_memory_gib_overrides_the_query(tmp_path):

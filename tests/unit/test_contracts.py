@@ -284,8 +284,10 @@ def test_cli_plan_shows_the_new_keys(tmp_path):
                            "--model-id", "MiniMaxAI/MiniMax-M2.5", "--json"], capture_output=True, text=True, timeout=60,
                           check=False)
     data = json.loads(proc.stdout)
-    assert proc.returncode == 0 and data["layout"] == "TP=4+EP x DP=2" and data["host"] is None and data["port"] is None
+    assert proc.returncode == 0 and data["layout"] == "TP=1+EP x DP=8" and data["host"] is None and data["port"] is None
     assert all(c["label"] for c in data["candidates"])
+    for key in ("concurrency", "single_stream_tok_s", "tpot_ms", "ttft_ms", "output_tok_s", "bound"):
+        assert key in data["performance"], key
 
 
 # Target-side modules stay stdlib-only, so their results are declared as TypedDicts there too; these

@@ -41,8 +41,21 @@ def test_minimax_fp8_on_rtx_pro_is_tp4_on_one_numa_node(rtx_host, model_facts):
     assert result.tool_call_parser == "minimax_m2" and "--enable-auto-tool-choice" in argv
 
 
-def test_minimax_throughput_plan_fills_the_host_one_tp_group_per_numa_node(rtx_host, model_facts):
+def test_minimax_throughput_plan_is_the_fastest_predicted_and_fills_the_host(rtx_host, model_facts):
     result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5"})
+    assert result.fits and result.objective == "throughput"
+    # Expert parallelism over all 8 GPUs, one replica per GPU: the most output tok/s at full load.
+    assert result.layout == "TP=1+EP x DP=8" and sorted(result.gpu_indices) == list(range(8))
+    fitting = [c for c in result.candidates if c.fits]
+    assert result.performance.max_output_tok_s == max(c.performance.max_output_tok_s for c in fitting)
+    assert any("ranks first by predicted output tok/s" in r for r in result.reasons)
+    assert set(result.replica_numa_nodes) == {0, 1} and "--numa-bind" in result.argv
+
+
+def test_minimax_tp4_throughput_plan_fills_the_host_one_tp_group_per_numa_node(rtx_host, model_facts):
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5",
+                                                                           "tensor_parallel_size": 4,
+                                                                           "data_parallel_size": 2})
     assert result.fits, result.error
     assert result.objective == "throughput"
     assert (result.tensor_parallel_size, result.data_parallel_size, result.enable_expert_parallel) == (4, 2, True)
@@ -74,7 +87,8 @@ def test_pinned_single_replica_or_latency_gives_the_single_tp_group(rtx_host, mo
 def test_multi_replica_plan_with_numactl_only_warns_and_binds_nothing(rtx_host, model_facts):
     vllm = dict(RECORDED_CPU, flags=[f for f in RECORDED_CPU.get("flags") or [] if f != "--numa-bind"],
                 capabilities=dict(RECORDED_CPU.get("capabilities") or {}, numa_bind=False))
-    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {}, vllm=vllm)
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"tensor_parallel_size": 4, "data_parallel_size": 2},
+                  vllm=vllm)
     assert result.data_parallel_size == 2 and set(result.replica_numa_nodes) == {0, 1}
     assert result.numa_binding is None and not result.exec_prefix and "--numa-bind" not in result.argv
     assert any("numactl" in w for w in result.warnings)
@@ -222,10 +236,22 @@ def test_fitting_plans_keep_every_gpu_under_the_cap(all_hosts, all_models, host_
     assert result.fits == (memory_gib in FITS_TODAY.get((host_name, config), ())), (result.layout, result.error)
     if result.fits:
         _check_invariants(host, model, result, memory_gib * GIB)
-        first = result.candidates[[c.fits for c in result.candidates].index(True)]
-        # The throughput objective replicates the smallest layout that fits over the GPUs left.
-        assert result.layout == first.label or (
-            result.data_parallel_size > 1 and result.tensor_parallel_size == first.tensor_parallel_size)
+        fitting = [c for c in result.candidates if c.fits]
+        if result.performance is None:
+            # GPUs the table does not know (a topology without names): the smallest layout that
+            # fits, replicated over the GPUs left (throughput), and the plan says why.
+            assert result.performance_note and "GPU table" in result.performance_note
+            assert result.layout == fitting[0].label or (
+                result.data_parallel_size > 1 and result.tensor_parallel_size == fitting[0].tensor_parallel_size)
+            return
+        # The throughput objective takes the fitting layout with the most predicted output tok/s at
+        # the load its KV cache holds; within the tie margin the smaller TP wins.
+        assert all(c.performance for c in fitting) and result.performance == next(
+            c.performance for c in fitting if c.label == result.layout)
+        best = max(c.performance.max_output_tok_s for c in fitting)
+        assert result.performance.max_output_tok_s >= best * (1 - planner.TIE)
+        assert not [c for c in fitting if c.performance.max_output_tok_s >= best * (1 - planner.TIE)
+                    and c.tensor_parallel_size < result.tensor_parallel_size]
     else:
         assert result.error
 
@@ -313,7 +339,6 @@ def test_link_aware_gpu_choice_prefers_pix_pairs(all_hosts, all_models):
 
 def test_every_choice_is_overridable(rtx_host, all_models):
     model = all_models["MiniMaxAI__MiniMax-M2.5.partial"]
-    base = plan(rtx_host, model)
     result = plan(rtx_host, model, {
         "max_model_len": 8192, "gpus": [4, 5, 6, 7], "gpu_memory_utilization": 0.85, "kv_cache_dtype": "fp8",
         "tool_call_parser": "none", "reasoning_parser": "none", "numa_bind": "numactl", "enforce_eager": True,
@@ -329,7 +354,8 @@ def test_every_choice_is_overridable(rtx_host, all_models):
     assert result.argv[result.argv.index("--port") + 1] == "8001"
     assert result.env["NCCL_P2P_DISABLE"] == "1"
     # FP8 KV halves the bytes per token
-    assert result.kv_cache_bytes_per_token * 2 == base.kv_cache_bytes_per_token
+    assert result.kv_cache_bytes_per_token * 2 == planner_rules.kv_bytes_per_token_per_gpu(
+        contracts.ModelFacts.model_validate(model), result.tensor_parallel_size, 2)
 
 
 def test_unknown_override_key_is_rejected(rtx_host, all_models):
@@ -352,7 +378,8 @@ def test_installed_vllm_without_numa_flag_gets_numactl(rtx_host, all_models):
     facts = dict(RECORDED_CPU, source="installed")
     facts["capabilities"] = dict(facts["capabilities"], numa_bind=False)
     facts["flags"] = [flag for flag in facts.get("flags") or [] if flag != "--numa-bind"] or None
-    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"objective": "latency"}, facts)
+    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"objective": "latency",
+                                                                         "tensor_parallel_size": 1}, facts)
     assert result.exec_prefix[:2] == ["numactl", "--cpunodebind=%d" % result.numa_node]
     assert result.numa_binding == "numactl"
 
@@ -507,13 +534,15 @@ def test_replicas_are_disjoint_and_each_obeys_the_rules(all_hosts, all_models, h
 
 @pytest.mark.parametrize("config", ["MiniMaxAI__MiniMax-M2.5.partial", "meta-llama__Meta-Llama-3.1-8B",
                                     "Qwen__Qwen3-30B-A3B-FP8", "meta-llama__Meta-Llama-3.1-70B"])
-def test_adding_gpus_never_lowers_the_number_of_replicas(rtx_host, all_models, config):
-    previous = 0
+def test_adding_gpus_never_lowers_the_predicted_throughput(rtx_host, all_models, config):
+    """More GPUs only add layouts to choose from: the chosen one's full-load tok/s never drops (beyond
+    the tie margin that hands the choice to a smaller TP)."""
+    previous = 0.0
     for count in range(1, 9):
         result = plan(rtx_host, all_models[config], {"gpus": list(range(count))})
-        replicas = result.data_parallel_size if result.fits else 0
-        assert replicas >= previous, "%d GPUs: %d replicas after %d" % (count, replicas, previous)
-        previous = replicas
+        value = result.performance.max_output_tok_s if result.fits else 0.0
+        assert value >= previous * (1 - planner.TIE), "%d GPUs: %.0f tok/s after %.0f" % (count, value, previous)
+        previous = max(previous, value)
 
 
 def test_cuda_graph_profiling_versions_are_warned_about(rtx_host, model_facts):

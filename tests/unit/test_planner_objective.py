@@ -25,15 +25,16 @@ def plan_json(tmp_path, *extra):
 def test_cli_default_is_throughput_and_fills_the_story_host(tmp_path):
     code, data = plan_json(tmp_path)
     assert code == 0 and data["objective"] == "throughput"
-    assert data["layout"] == "TP=4+EP x DP=2" and sorted(data["gpu_indices"]) == list(range(8))
-    assert data["replica_numa_nodes"] == [0, 1]
-    assert [len(group) for group in data["replica_gpu_indices"]] == [4, 4]
+    assert data["layout"] == "TP=1+EP x DP=8" and sorted(data["gpu_indices"]) == list(range(8))
+    assert sorted(data["replica_numa_nodes"]) == [0] * 4 + [1] * 4
+    assert [len(group) for group in data["replica_gpu_indices"]] == [1] * 8
 
 
 def test_cli_latency_gives_the_single_tp_group(tmp_path):
     code, data = plan_json(tmp_path, "--objective", "latency")
     assert code == 0 and data["objective"] == "latency"
-    assert data["layout"] == "TP=4+EP" and data["data_parallel_size"] == 1 and data["numa_node"] is not None
+    # The most single-stream tok/s: TP=4 on one NUMA node (predicted faster than TP=8+EP across the sockets).
+    assert data["layout"] == "TP=4" and data["data_parallel_size"] == 1 and data["numa_node"] is not None
     assert data["replica_gpu_indices"] == [data["gpu_indices"]]
 
 

@@ -137,9 +137,10 @@ def test_gpu_example_unit_verifies_and_keeps_the_gpus(host):
     directives = [line for line in unit.splitlines() if not line.startswith("#")]
     assert "DevicePolicy=closed" in directives
     assert not [d for d in directives if d.startswith(("PrivateDevices=", "MemoryDenyWriteExecute=", "PrivateUsers="))]
-    # The throughput objective (the default) fills the host: two TP=4+EP replicas, one per NUMA node.
+    # The throughput objective (the default) fills the host with the layout predicted fastest at full
+    # load: eight expert-parallel replicas, one per GPU (docs/planner.md, "Performance model").
     assert 'Environment="CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"' in unit and 'Environment="CUDA_DEVICE_ORDER=PCI_BUS_ID"' in unit
-    assert "--tensor-parallel-size 4 --data-parallel-size 2 --enable-expert-parallel" in unit and "--numa-bind" in unit
+    assert "--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel" in unit and "--numa-bind" in unit
     assert "example-key-not-in-the-unit" not in unit and "EnvironmentFile=/root/gpu-example/minimax-m2-5.env" in unit
     assert host.file("/root/gpu-example/minimax-m2-5.env").mode == 0o600
     assert host.run("systemd-analyze verify --man=no %s" % path).rc == 0
