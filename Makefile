@@ -40,8 +40,8 @@ sandbox-down:
 	sandbox/down
 
 # The story's host from real captures (8x RTX PRO 6000, PCIe, two NUMA nodes): the plans of the
-# model it retires (with the FP8 KV cache its checkpoint is scaled for: at 4 x 32k tokens in bf16 it
-# does not fit) and the model it rolls out (throughput: the layout predicted fastest at full load),
+# model it retires (with the FP8 KV cache its checkpoint is scaled for, which doubles its KV room)
+# and the model it rolls out (throughput: the layout predicted fastest at full load),
 # then the two compared on that host for both objectives (the story's pivot, by the numbers).
 # No GPU needed.
 RTX := --topo-file tests/fixtures/topology/8x-rtxpro6000-bw-server-pcie-2numa-asus-esc8000a-e13p.txt \

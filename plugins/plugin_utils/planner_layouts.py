@@ -148,7 +148,7 @@ def evaluate(ctx: PlanContext, tp: int, dp: int, ep: bool, gpu_indices: Sequence
     # with its TP group only.
     overhead = runtime_overhead_bytes(
         model, tp, world if ep else tp, gpu_memory, ctx.request.max_num_batched_tokens or batched,
-        ctx.request.max_num_seqs or seqs, expert_parallel=ep)
+        ctx.request.max_num_seqs or seqs, expert_parallel=ep, vllm_version=ctx.vllm.version)
     kv = cap - weights_per_gpu - overhead
     per_token = kv_bytes_per_token_per_gpu(model, tp, ctx.kv_dtype_bytes)
     tokens = max(kv, 0) // per_token

@@ -41,7 +41,7 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
     compute_capability, kv_bytes_per_token_per_gpu)
 
 # Fitted on the "fit" figures of tests/fixtures/perf_published (at most two thirds of them).
-# tools/fit_performance.py prints this fit (a minimax fit: the worst figure's relative error).
+# tools/fit_constants.py performance prints this fit (a minimax fit: the worst figure's relative error).
 MEMORY_EFFICIENCY = 0.721         # share of the datasheet memory bandwidth dense weights and KV reads reach
 EXPERT_MEMORY_EFFICIENCY = 0.631  # the same for routed experts' grouped GEMMs (a few tokens per expert)
 COMPUTE_EFFICIENCY = 0.382        # share of the dense tensor peak a step's GEMMs reach

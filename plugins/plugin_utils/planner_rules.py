@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
@@ -23,14 +23,26 @@ DEFAULT_MAX_MODEL_LEN_CAP = 32768
 FALLBACK_GPU_MEMORY_UTILIZATION = 0.92
 
 # Runtime overhead per GPU (see runtime_overhead_bytes): what vLLM's memory profile reserves besides
-# weights and KV cache. The three fitted constants come from real vLLM startup logs
-# (tests/fixtures/vllm_logs, fitted by tests/unit/test_vllm_logs.py on at most two thirds of them);
+# weights and KV cache. The five fitted constants come from real vLLM startup logs
+# (tests/fixtures/vllm_logs; a minimax fit by tools/fit_constants.py memory on at most two thirds of them);
 # docs/planner.md lists the logs, the fit and the residuals. None is keyed to a model, GPU or log.
-NON_TORCH_FRACTION = 0.029            # fitted: CUDA context, cuBLAS workspaces, allocator slack, per byte of GPU memory
-COMMUNICATION_BYTES = int(2.35 * GIB)  # fitted: NCCL / custom all-reduce / all-to-all buffers per doubling of the group
-ACTIVATION_FACTOR = 0.80              # fitted: share of the physical activation + sampler estimate alive at the peak
+NON_TORCH_FRACTION = 0.0176          # fitted: V0 engine: CUDA context, cuBLAS workspaces, allocator slack, per byte of GPU memory
+NON_TORCH_FRACTION_V1 = 0.00323       # fitted: the V1 engine (0.8+) counts only the non-torch memory that grew after its start
+COMMUNICATION_BYTES = int(0.41 * GIB)  # fitted: NCCL / custom all-reduce / all-to-all buffers per doubling of the group
+ACTIVATION_FACTOR = 0.90              # fitted: share of the physical activation estimate alive at the peak
+LOGIT_BYTES = 10.24                   # fitted: sampler bytes per (request x vocabulary entry) in its dummy run
 DENSE_INTERMEDIATE_RATIO = 3.5        # assumed MLP width / hidden when the facts carry no intermediate size
-LOGIT_BYTES = 4                       # the sampler's dummy run holds fp32 logits for max_num_seqs requests
+V1_ENGINE_SINCE = (0, 8)              # vLLM's V1 engine is the default from 0.8
+
+
+@dataclass(frozen=True)
+class MemoryConstants:
+    """The fitted constants of :func:`runtime_overhead_bytes` (tools/fit_constants.py refits them)."""
+    non_torch_fraction: float = NON_TORCH_FRACTION
+    non_torch_fraction_v1: float = NON_TORCH_FRACTION_V1
+    communication_gib: float = COMMUNICATION_BYTES / GIB
+    activation_factor: float = ACTIVATION_FACTOR
+    logit_bytes: float = LOGIT_BYTES
 # vLLM's scheduler defaults for `vllm serve` (arg_utils, 0.10 and later): GPUs of 70 GiB or more
 # (A100 excepted) get 8192 batched tokens and 1024 sequences, smaller ones 2048 and 256.
 LARGE_GPU_BYTES = 70 * GIB
@@ -111,17 +123,24 @@ def scheduler_defaults(gpu_memory_bytes: int, gpu_name: Optional[str]) -> Tuple[
     return SCHEDULER_DEFAULTS_SMALL
 
 
+def v1_engine(version: Optional[str]) -> bool:
+    """Whether this vLLM version runs the V1 engine by default (True when unknown: current releases)."""
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    if not match:
+        return True
+    return (int(match.group(1)), int(match.group(2))) >= V1_ENGINE_SINCE
+
+
 def activation_bytes(model: ModelFacts, tensor_parallel_size: int, expert_parallel: bool,
-                     max_num_batched_tokens: int, max_num_seqs: int) -> int:
-    """The physical estimate of the profile run's peak, before ACTIVATION_FACTOR.
+                     max_num_batched_tokens: int) -> int:
+    """The physical estimate of the profile run's activation peak, before the activation factor.
 
     Per batched token, in bf16: three hidden-sized tensors (residual, normed input, attention output)
     and the MLP's gate/up output plus its activation (3 x intermediate per GPU); for MoE layers the
     fused-MoE caches of every routed expert (top-k x (3 x expert intermediate per GPU + hidden)) plus
-    the shared expert. Plus the sampler's fp32 logits for max_num_seqs requests over the vocabulary.
+    the shared expert.
     """
     hidden = model.hidden_size or 4096
-    vocab = model.vocab_size or 32000
     tp = max(tensor_parallel_size, 1)
     moe = model.moe
     if moe and moe.intermediate_size:
@@ -130,22 +149,28 @@ def activation_bytes(model: ModelFacts, tensor_parallel_size: int, expert_parall
         width += 3 * (moe.shared_expert_intermediate_size or 0) / tp
     else:
         width = 3 * hidden + 3 * DENSE_INTERMEDIATE_RATIO * hidden / tp
-    return int(max_num_batched_tokens * width * 2 + max_num_seqs * vocab * LOGIT_BYTES)
+    return int(max_num_batched_tokens * width * 2)
 
 
 def runtime_overhead_bytes(model: ModelFacts, tensor_parallel_size: int, group_size: int, gpu_memory_bytes: int,
-                           max_num_batched_tokens: int, max_num_seqs: int, expert_parallel: bool = False) -> int:
+                           max_num_batched_tokens: int, max_num_seqs: int, expert_parallel: bool = False,
+                           vllm_version: Optional[str] = None, constants: Optional[MemoryConstants] = None) -> int:
     """What vLLM reserves per GPU besides weights and KV cache (calibrated; docs/planner.md).
 
-    NON_TORCH_FRACTION x GPU memory + COMMUNICATION_BYTES x log2 of the group this GPU exchanges
-    with (its TP group; with expert parallelism the whole TP x DP group: NCCL's rings and trees grow
-    by channels per doubling, not per peer) + ACTIVATION_FACTOR x
-    :func:`activation_bytes`. CUDA graphs are captured after the KV cache is sized in the logged
-    versions, so their pools come out of the (1 - gpu_memory_utilization) headroom, not from here.
+    non-torch fraction x GPU memory (its V1 value from vLLM 0.8: the V1 engine counts only the
+    non-torch memory that grew after its start, not the CUDA context) + communication bytes x log2
+    of the group this GPU exchanges with (its TP group; with expert parallelism the whole TP x DP
+    group: NCCL's rings and trees grow by channels per doubling, not per peer) + activation factor x
+    :func:`activation_bytes` + logit bytes x max_num_seqs x vocabulary (the sampler's dummy run).
+    CUDA graphs are captured after the KV cache is sized in the logged versions, so their pools come
+    out of the (1 - gpu_memory_utilization) headroom, not from here.
     """
-    overhead = NON_TORCH_FRACTION * gpu_memory_bytes + COMMUNICATION_BYTES * math.log2(max(group_size, 1))
-    overhead += ACTIVATION_FACTOR * activation_bytes(model, tensor_parallel_size, expert_parallel,
-                                                     max_num_batched_tokens, max_num_seqs)
+    k = constants or MemoryConstants()
+    fraction = k.non_torch_fraction_v1 if v1_engine(vllm_version) else k.non_torch_fraction
+    overhead = fraction * gpu_memory_bytes + k.communication_gib * GIB * math.log2(max(group_size, 1))
+    overhead += k.activation_factor * activation_bytes(model, tensor_parallel_size, expert_parallel,
+                                                       max_num_batched_tokens)
+    overhead += k.logit_bytes * max_num_seqs * (model.vocab_size or 32000)
     return int(overhead)
 
 

@@ -3,7 +3,7 @@
 Each figure pins the layout it was measured with; the planner plans it on a host built from the
 figure (the real 8x RTX PRO 6000 capture where the figure names that host, else GPUs of the named
 product linked as stated) and predicts the figure's metric. A plain module: the replay test and
-tools/fit_performance.py both use it.
+tools/fit_constants.py performance both use it.
 """
 import json
 import math

@@ -2,7 +2,7 @@
 
 Every figure names its source, the layout and load it was measured with (what a source omits is
 listed under "assumed") and the figure. The constants of planner_performance are a minimax fit on
-the figures marked "fit" (at most two thirds; tools/fit_performance.py); every figure, held-back ones
+the figures marked "fit" (at most two thirds; tools/fit_constants.py performance); every figure, held-back ones
 included, must be predicted within 30 %. Figures in pending/ were collected but are not predicted
 within 30 % (pending/README.md says why); their residuals are printed for docs/planner.md.
 """

@@ -109,7 +109,7 @@ def test_minimax_fp8_never_plain_tp8(rtx_host, model_facts):
 
 def test_kimi_nvfp4_needs_all_eight_gpus(rtx_host, model_facts):
     model = model_facts("nvidia__Kimi-K2.5-NVFP4")
-    # The calibrated overhead (TP=8: ~7 GiB of communication buffers) leaves room for 4 x 16k, not 4 x 32k.
+    # Half the GPUs cannot hold the weights; all eight hold them with room for 4 x 16k.
     result = plan(rtx_host, model, {"model_id": "nvidia/Kimi-K2.5-NVFP4", "max_model_len": 16384})
     assert result.fits, result.error
     assert result.tensor_parallel_size * result.data_parallel_size == 8
@@ -156,14 +156,14 @@ FITS_TODAY = {
     ("h100", "deepseek-ai__DeepSeek-V3"): (141, 192),
     ("h100", "meta-llama__Meta-Llama-3.1-70B"): (48, 80, 96, 141, 192),
     ("h100", "meta-llama__Meta-Llama-3.1-8B"): (24, 48, 80, 96, 141, 192),
-    ("h100", "moonshotai__Kimi-K2.5"): (141, 192),
+    ("h100", "moonshotai__Kimi-K2.5"): (96, 141, 192),
     ("h100", "nvidia__DeepSeek-V3.1-NVFP4"): (80, 96, 141, 192),
-    ("h100", "nvidia__Kimi-K2.5-NVFP4"): (141, 192),
+    ("h100", "nvidia__Kimi-K2.5-NVFP4"): (96, 141, 192),
     ("h100", "nvidia__Llama-3.1-70B-Instruct-FP8"): (24, 48, 80, 96, 141, 192),
-    ("h100", "nvidia__MiniMax-M2.5-NVFP4"): (48, 80, 96, 141, 192),
-    ("h200", "MiniMaxAI__MiniMax-M2.5.partial"): (192,),
+    ("h100", "nvidia__MiniMax-M2.5-NVFP4"): (24, 48, 80, 96, 141, 192),
+    ("h200", "MiniMaxAI__MiniMax-M2.5.partial"): (141, 192),
     ("h200", "Qwen__Qwen3-30B-A3B"): (48, 80, 96, 141, 192),
-    ("h200", "Qwen__Qwen3-30B-A3B-FP8"): (48, 80, 96, 141, 192),
+    ("h200", "Qwen__Qwen3-30B-A3B-FP8"): (24, 48, 80, 96, 141, 192),
     ("h200", "meta-llama__Meta-Llama-3.1-70B"): (141, 192),
     ("h200", "meta-llama__Meta-Llama-3.1-8B"): (24, 48, 80, 96, 141, 192),
     ("h200", "nvidia__Llama-3.1-70B-Instruct-FP8"): (80, 96, 141, 192),
@@ -175,7 +175,7 @@ FITS_TODAY = {
     ("l40s", "deepseek-ai__DeepSeek-V3"): (141, 192),
     ("l40s", "meta-llama__Meta-Llama-3.1-70B"): (48, 80, 96, 141, 192),
     ("l40s", "meta-llama__Meta-Llama-3.1-8B"): (24, 48, 80, 96, 141, 192),
-    ("l40s", "moonshotai__Kimi-K2.5"): (141, 192),
+    ("l40s", "moonshotai__Kimi-K2.5"): (96, 141, 192),
     ("l40s", "nvidia__Llama-3.1-70B-Instruct-FP8"): (24, 48, 80, 96, 141, 192),
     ("rtx", "MiniMaxAI__MiniMax-M2.5.bf16-converted.partial"): (80, 96, 141, 192),
     ("rtx", "MiniMaxAI__MiniMax-M2.5.partial"): (48, 80, 96, 141, 192),
@@ -185,11 +185,11 @@ FITS_TODAY = {
     ("rtx", "deepseek-ai__DeepSeek-V3"): (141, 192),
     ("rtx", "meta-llama__Meta-Llama-3.1-70B"): (48, 80, 96, 141, 192),
     ("rtx", "meta-llama__Meta-Llama-3.1-8B"): (24, 48, 80, 96, 141, 192),
-    ("rtx", "moonshotai__Kimi-K2.5"): (141, 192),
+    ("rtx", "moonshotai__Kimi-K2.5"): (96, 141, 192),
     ("rtx", "nvidia__DeepSeek-V3.1-NVFP4"): (80, 96, 141, 192),
-    ("rtx", "nvidia__Kimi-K2.5-NVFP4"): (141, 192),
+    ("rtx", "nvidia__Kimi-K2.5-NVFP4"): (96, 141, 192),
     ("rtx", "nvidia__Llama-3.1-70B-Instruct-FP8"): (24, 48, 80, 96, 141, 192),
-    ("rtx", "nvidia__MiniMax-M2.5-NVFP4"): (48, 80, 96, 141, 192),
+    ("rtx", "nvidia__MiniMax-M2.5-NVFP4"): (24, 48, 80, 96, 141, 192),
 }
 
 
@@ -205,7 +205,7 @@ def all_models(tmp_path_factory):
 
 
 def test_fits_today_is_not_empty():
-    assert len(FITS_TODAY) >= 40 and sum(len(sizes) for sizes in FITS_TODAY.values()) == 183
+    assert len(FITS_TODAY) >= 40 and sum(len(sizes) for sizes in FITS_TODAY.values()) == 192
 
 
 def _check_invariants(host, model, result, memory_bytes=None):
@@ -309,12 +309,12 @@ def test_perturbed_head_counts_are_planned_from_numbers(rtx_host, all_models, he
 
 def test_nearest_max_model_len_really_fits(rtx_host, all_models):
     model = all_models["nvidia__Kimi-K2.5-NVFP4"]
-    result = plan(rtx_host, model)
+    result = plan(rtx_host, model, {"min_sequences": 8})
     assert not result.fits
     suggested = int(re.search(r"largest max_model_len that would fit \d+ sequences is (\d+)", result.error).group(1))
-    again = plan(rtx_host, model, {"max_model_len": suggested})
+    again = plan(rtx_host, model, {"max_model_len": suggested, "min_sequences": 8})
     assert again.fits, again.error
-    too_much = plan(rtx_host, model, {"max_model_len": suggested + 64})
+    too_much = plan(rtx_host, model, {"max_model_len": suggested + 64, "min_sequences": 8})
     assert not too_much.fits
 
 
@@ -530,6 +530,16 @@ def test_replicas_are_disjoint_and_each_obeys_the_rules(all_hosts, all_models, h
     _check_invariants(host, model, result, 192 * GIB)
     assert not planner_rules.divisibility_problems(contracts.ModelFacts.model_validate(model), tp, dp,
                                                    result.enable_expert_parallel)
+
+
+@pytest.mark.parametrize("config", CONFIG_NAMES)
+def test_adding_gpus_never_lowers_the_number_of_replicas(rtx_host, all_models, config):
+    previous = 0
+    for count in range(1, 9):
+        result = plan(rtx_host, all_models[config], {"gpus": list(range(count))})
+        replicas = result.data_parallel_size if result.fits else 0
+        assert replicas >= previous, "%d GPUs: %d replicas after %d" % (count, replicas, previous)
+        previous = replicas
 
 
 @pytest.mark.parametrize("config", ["MiniMaxAI__MiniMax-M2.5.partial", "meta-llama__Meta-Llama-3.1-8B",
