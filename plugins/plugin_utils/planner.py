@@ -27,7 +27,7 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     has_flag,
     layout_label, parse_facts, require_argv, requires)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import (
-    PlanContext, closest, describe_links, evaluate, invalid_candidate, layouts, numa_of, replica_gpu_sets)
+    PlanContext, closest, describe_links, draft_kv_layers, evaluate, invalid_candidate, layouts, numa_of, replica_gpu_sets)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
     CPU_MEMORY_FRACTION, CPU_QUANTIZATIONS, CPU_RUNTIME_BYTES, DEFAULT_MAX_MODEL_LEN_CAP, FALLBACK_GPU_MEMORY_UTILIZATION,
     GIB, choose_parser, default_parsers, scheduler_defaults,
@@ -573,6 +573,9 @@ def _explain_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Ca
         model.attention.upper(), cast(int, plan_.kv_cache_bytes_per_token),
         " (MLA latent KV is replicated on every TP rank)" if model.attention == "mla" else
         " (%d KV heads over %d rank(s))" % (model.num_kv_heads, min(tp, model.num_kv_heads))))
+    if draft_kv_layers(ctx):
+        notes.reasons.append("speculative decoding: its %d MTP layer(s) keep a KV cache of their own, counted in the "
+                             "bytes per token" % draft_kv_layers(ctx))
 
 
 def _fill_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candidate, enforce_eager: bool) -> None:
@@ -587,7 +590,7 @@ def _fill_layout(ctx: PlanContext, notes: Notes, plan_: ServingPlan, cand: Candi
     plan_.gpu_memory_bytes = mem.gpu_memory_bytes
     plan_.weights_bytes_per_gpu, plan_.overhead_bytes_per_gpu = mem.weights_bytes, mem.overhead_bytes
     plan_.kv_cache_bytes_per_gpu = mem.kv_cache_bytes
-    plan_.kv_cache_bytes_per_token = kv_bytes_per_token_per_gpu(ctx.model, tp, ctx.kv_dtype_bytes)
+    plan_.kv_cache_bytes_per_token = kv_bytes_per_token_per_gpu(ctx.model, tp, ctx.kv_dtype_bytes, draft_kv_layers(ctx))
     plan_.kv_cache_tokens = cand.kv_cache_tokens
     plan_.max_concurrent_sequences = cand.kv_cache_tokens // ctx.max_model_len
     _explain_layout(ctx, notes, plan_, cand)

@@ -37,6 +37,15 @@ class PlanContext:
     concurrency_given: bool = False
 
 
+def draft_kv_layers(ctx: PlanContext) -> int:
+    """Layers of the speculative drafter that hold KV-cache: the model's own MTP layers when the plan
+    speculates with them (a separate draft model's are not known here)."""
+    spec = ctx.speculative_config or {}
+    if spec.get("method") == "mtp":
+        return max(1, min(ctx.model.mtp_layers or 1, int(spec.get("num_speculative_tokens") or 1)))
+    return 0
+
+
 def numa_of(host: HostFacts, index: int) -> Optional[int]:
     """NUMA node of GPU ``index``, None when unknown."""
     for gpu in host.gpus:
@@ -150,7 +159,7 @@ def evaluate(ctx: PlanContext, tp: int, dp: int, ep: bool, gpu_indices: Sequence
         model, tp, world if ep else tp, gpu_memory, ctx.request.max_num_batched_tokens or batched,
         ctx.request.max_num_seqs or seqs, expert_parallel=ep, vllm_version=ctx.vllm.version)
     kv = cap - weights_per_gpu - overhead
-    per_token = kv_bytes_per_token_per_gpu(model, tp, ctx.kv_dtype_bytes)
+    per_token = kv_bytes_per_token_per_gpu(model, tp, ctx.kv_dtype_bytes, draft_kv_layers(ctx))
     tokens = max(kv, 0) // per_token
     replicas = [list(gpu_indices[r * tp:(r + 1) * tp]) for r in range(dp)]
     fits = kv > 0 and tokens >= ctx.target_tokens

@@ -91,13 +91,17 @@ def link_rank(link: Optional[str]) -> Tuple[int, int]:
     return (len(LINK_ORDER), 0)
 
 
-def kv_bytes_per_token_per_gpu(model: ModelFacts, tensor_parallel_size: int, kv_dtype_bytes: int) -> int:
+def kv_bytes_per_token_per_gpu(model: ModelFacts, tensor_parallel_size: int, kv_dtype_bytes: int,
+                               draft_layers: int = 0) -> int:
     """KV-cache bytes one token costs on each GPU of a tensor-parallel group.
 
     GQA/MHA KV heads are split over min(TP, kv_heads) ranks (they replicate when TP > kv_heads);
-    MLA's latent KV is replicated on every rank.
+    MLA's latent KV is replicated on every rank. ``draft_layers``: the MTP layers speculative
+    decoding runs, which keep a KV cache of their own, shaped like the model's layers.
     """
     whole = model.kv_cache_bytes_per_token * kv_dtype_bytes // 2  # the contract's figure is bf16
+    if draft_layers and model.num_layers:
+        whole = whole * (model.num_layers + draft_layers) // model.num_layers
     if model.attention == "mla":
         return whole
     split = min(tensor_parallel_size, model.num_kv_heads)

@@ -564,3 +564,19 @@ def test_cuda_graph_profiling_versions_are_warned_about(rtx_host, model_facts):
     eager = plan(rtx_host, model, {"enforce_eager": True}, vllm=dict(RECORDED_CPU, version="0.33.0"))
     assert any("CUDA-graph pools" in w for w in newer.warnings)
     assert not any("CUDA-graph pools" in w for w in older.warnings + eager.warnings)
+
+
+def test_mtp_draft_layers_keep_their_own_kv(all_models):
+    """Speculative decoding with the model's MTP layer: vLLM gives the draft layer a KV cache of its
+    own, so a token costs (layers + 1) / layers of the model's KV bytes."""
+    model = all_models["deepseek-ai__DeepSeek-V3"]
+    host = {"gpus": [{"index": i, "name": "NVIDIA H200", "memory_bytes": 141 * GIB, "compute_capability": "9.0",
+                      "numa_node": 0} for i in range(8)], "links": [["X" if i == j else "NV18" for j in range(8)]
+                                                                      for i in range(8)]}
+    on = plan(host, model, {"tensor_parallel_size": 8, "max_model_len": 16384})
+    off = plan(host, model, {"tensor_parallel_size": 8, "max_model_len": 16384, "speculative_config": "off"})
+    assert on.speculative_config and on.speculative_config["method"] == "mtp" and not off.speculative_config
+    layers = model["num_layers"]
+    assert on.kv_cache_bytes_per_token == off.kv_cache_bytes_per_token * (layers + 1) // layers
+    assert on.kv_cache_tokens < off.kv_cache_tokens
+    assert any("MTP layer(s) keep a KV cache" in r for r in on.reasons)
