@@ -266,4 +266,3 @@ def explain(perf: Performance) -> str:
             "up to %.0f tok/s at %d concurrent requests" % (
                 perf.single_stream_tok_s, perf.concurrency, perf.tpot_ms, perf.ttft_ms, perf.output_tok_s, perf.bound,
                 perf.max_output_tok_s, perf.max_concurrency))
-

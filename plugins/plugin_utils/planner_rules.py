@@ -43,6 +43,8 @@ class MemoryConstants:
     communication_gib: float = COMMUNICATION_BYTES / GIB
     activation_factor: float = ACTIVATION_FACTOR
     logit_bytes: float = LOGIT_BYTES
+
+
 # vLLM's scheduler defaults for `vllm serve` (arg_utils, 0.10 and later): GPUs of 70 GiB or more
 # (A100 excepted) get 8192 batched tokens and 1024 sequences, smaller ones 2048 and 256.
 LARGE_GPU_BYTES = 70 * GIB

@@ -145,8 +145,8 @@ def test_plans_made_there_still_come_out_the_same(tmp_path, run):
         result = planner.plan(load(run, "module", path + ".json"), facts, None, request)
         if result.fits:
             assert recorded["fits"], name
-            if (result.tensor_parallel_size, result.gpu_indices) != (recorded["tensor_parallel_size"],
-                                                                    recorded["gpu_indices"]):
+            expected = (recorded["tensor_parallel_size"], recorded["gpu_indices"])
+            if (result.tensor_parallel_size, result.gpu_indices) != expected:
                 # Layouts are chosen by predicted speed now: a different one must be predicted faster.
                 old = next(c for c in result.candidates if c.fits and c.data_parallel_size == 1
                            and c.tensor_parallel_size == recorded["tensor_parallel_size"])

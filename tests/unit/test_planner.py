@@ -53,9 +53,8 @@ def test_minimax_throughput_plan_is_the_fastest_predicted_and_fills_the_host(rtx
 
 
 def test_minimax_tp4_throughput_plan_fills_the_host_one_tp_group_per_numa_node(rtx_host, model_facts):
-    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), {"model_id": "MiniMaxAI/MiniMax-M2.5",
-                                                                           "tensor_parallel_size": 4,
-                                                                           "data_parallel_size": 2})
+    pins = {"model_id": "MiniMaxAI/MiniMax-M2.5", "tensor_parallel_size": 4, "data_parallel_size": 2}
+    result = plan(rtx_host, model_facts("MiniMaxAI__MiniMax-M2.5.partial"), pins)
     assert result.fits, result.error
     assert result.objective == "throughput"
     assert (result.tensor_parallel_size, result.data_parallel_size, result.enable_expert_parallel) == (4, 2, True)
@@ -378,8 +377,8 @@ def test_installed_vllm_without_numa_flag_gets_numactl(rtx_host, all_models):
     facts = dict(RECORDED_CPU, source="installed")
     facts["capabilities"] = dict(facts["capabilities"], numa_bind=False)
     facts["flags"] = [flag for flag in facts.get("flags") or [] if flag != "--numa-bind"] or None
-    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], {"objective": "latency",
-                                                                         "tensor_parallel_size": 1}, facts)
+    pins = {"objective": "latency", "tensor_parallel_size": 1}
+    result = plan(rtx_host, all_models["meta-llama__Meta-Llama-3.1-8B"], pins, facts)
     assert result.exec_prefix[:2] == ["numactl", "--cpunodebind=%d" % result.numa_node]
     assert result.numa_binding == "numactl"
 
@@ -570,9 +569,9 @@ def test_mtp_draft_layers_keep_their_own_kv(all_models):
     """Speculative decoding with the model's MTP layer: vLLM gives the draft layer a KV cache of its
     own, so a token costs (layers + 1) / layers of the model's KV bytes."""
     model = all_models["deepseek-ai__DeepSeek-V3"]
-    host = {"gpus": [{"index": i, "name": "NVIDIA H200", "memory_bytes": 141 * GIB, "compute_capability": "9.0",
-                      "numa_node": 0} for i in range(8)], "links": [["X" if i == j else "NV18" for j in range(8)]
-                                                                      for i in range(8)]}
+    gpus = [{"index": i, "name": "NVIDIA H200", "memory_bytes": 141 * GIB, "compute_capability": "9.0", "numa_node": 0}
+            for i in range(8)]
+    host = {"gpus": gpus, "links": [["X" if i == j else "NV18" for j in range(8)] for i in range(8)]}
     on = plan(host, model, {"tensor_parallel_size": 8, "max_model_len": 16384})
     off = plan(host, model, {"tensor_parallel_size": 8, "max_model_len": 16384, "speculative_config": "off"})
     assert on.speculative_config and on.speculative_config["method"] == "mtp" and not off.speculative_config
