@@ -258,6 +258,33 @@ performance_note:
   description: Why RV(performance) is null, else null.
   returned: always
   type: str
+nodes:
+  description:
+    - A multi-node serving group's hosts (the CLI's C(plan) with several C(--topo-file)); empty for a one-host plan.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    host:
+      description: The address the node is reached at (the head's is vLLM's C(--master-addr)).
+      type: str
+    rank:
+      description: vLLM's C(--node-rank).
+      type: int
+    role:
+      description: C(head) (serves the API) or C(worker) (C(--headless)).
+      type: str
+    gpu_indices:
+      description: The node's GPUs.
+      type: list
+      elements: int
+    argv:
+      description: Everything after the C(vllm) executable on that node.
+      type: list
+      elements: str
+    env:
+      description: The node's environment.
+      type: dict
 attention:
   description: Attention kind of the model (C(mla), C(gqa), C(mqa), C(mha)).
   returned: always

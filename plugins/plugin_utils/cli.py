@@ -26,7 +26,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
 from ansible_collections.llmops.vllm.plugins.plugin_utils import (
-    contracts, desired_state, planner, planner_performance, planner_rules)
+    contracts, desired_state, planner, planner_nodes, planner_performance, planner_rules)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_performance import (
     DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_SPECULATIVE_ACCEPTANCE)
 
@@ -64,27 +64,52 @@ def _read_json(path: str, what: str) -> Dict[str, Any]:
 
 def host_facts_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """Topology facts from captured command outputs, or a facts JSON (gpu_topology_info output)."""
+    return hosts_facts_from_args(args)[0]
+
+
+def _nth(values: Any, n: int) -> Optional[str]:
+    """The n-th of an appended option (plan: one per host), or the single value."""
+    if isinstance(values, list):
+        return values[n] if n < len(values) else None
+    return values if n == 0 else None
+
+
+def hosts_facts_from_args(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """One host's facts per --topo-file (the n-th --query-file / --numactl-file belongs to the n-th)."""
     if getattr(args, "facts", None):
-        return _read_json(args.facts, "facts file")
-    if not args.topo_file:
+        return [_read_json(path, "facts file") for path in (args.facts if isinstance(args.facts, list) else [args.facts])]
+    topo_files = args.topo_file if isinstance(args.topo_file, list) else ([args.topo_file] if args.topo_file else [])
+    if not topo_files:
         raise UsageError("give --topo-file (nvidia-smi topo -m output)%s" % (
             " or --facts (a gpu_topology_info JSON)" if hasattr(args, "facts") else ""))
-    facts = topology.build_topology(
-        topo_text=_read_text(args.topo_file, "topo file"),
-        query_text=_read_text(args.query_file, "query file") if args.query_file else None,
-        numactl_text=_read_text(args.numactl_file, "numactl file") if args.numactl_file else None,
-        sysfs_root=args.sysfs_root)
-    return facts
+    for option in ("query_file", "numactl_file"):
+        given = getattr(args, option)
+        if isinstance(given, list) and len(given) > len(topo_files):
+            raise UsageError("--%s given %d times for %d --topo-file" % (option.replace("_", "-"), len(given),
+                                                                         len(topo_files)))
+    hosts = []
+    for n, topo_file in enumerate(topo_files):
+        query, numactl = _nth(args.query_file, n), _nth(args.numactl_file, n)
+        hosts.append(topology.build_topology(
+            topo_text=_read_text(topo_file, "topo file"),
+            query_text=_read_text(query, "query file") if query else None,
+            numactl_text=_read_text(numactl, "numactl file") if numactl else None,
+            sysfs_root=args.sysfs_root if n == 0 else None))
+    return hosts
 
 
-def _add_topology_inputs(parser: argparse.ArgumentParser, facts_option: bool) -> None:
-    parser.add_argument("--topo-file", help="`nvidia-smi topo -m` output")
-    parser.add_argument("--query-file", help="`nvidia-smi --query-gpu=... --format=csv` or `nvidia-smi -q` output")
-    parser.add_argument("--numactl-file", help="`numactl -H` output")
+def _add_topology_inputs(parser: argparse.ArgumentParser, facts_option: bool, hosts: bool = False) -> None:
+    """The captured outputs of a host; with ``hosts`` each may be repeated, one per host of a group."""
+    action = "append" if hosts else "store"
+    each = " (repeat per host: the n-th belongs to the n-th --topo-file)" if hosts else ""
+    parser.add_argument("--topo-file", action=action, help="`nvidia-smi topo -m` output" + each)
+    parser.add_argument("--query-file", action=action,
+                        help="`nvidia-smi --query-gpu=... --format=csv` or `nvidia-smi -q` output" + each)
+    parser.add_argument("--numactl-file", action=action, help="`numactl -H` output" + each)
     parser.add_argument("--sysfs-root", help="a directory holding sys/bus/pci/devices and sys/devices/system/node")
     if facts_option:
-        parser.add_argument("--facts", help="host facts JSON (the output of gpu_topology_info or `topology --json`) "
-                                            "instead of the captured outputs")
+        parser.add_argument("--facts", action=action, help="host facts JSON (the output of gpu_topology_info or "
+                                                           "`topology --json`) instead of the captured outputs" + each)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_options(p_plan)
     p_plan.add_argument("--model", required=True, help="a model directory (config.json, ...) or a config.json file")
     p_plan.add_argument("--model-id", help="ORG/NAME on the hub (picks parsers between generations, names the model)")
+    p_plan.add_argument("--node-host", action="append", default=[],
+                        help="with several --topo-file: the address the n-th host is reached at (the head's is vLLM's "
+                             "--master-addr; default node-0, node-1, ...)")
+    p_plan.add_argument("--network-gbps", type=float,
+                        help="with several --topo-file: the link between the hosts in Gb/s (default %g)"
+                             % planner_nodes.DEFAULT_NETWORK_GBPS)
     p_plan.add_argument("--json", action="store_true")
 
     p_compare = sub.add_parser("compare", help="rank models on one host by predicted speed and memory headroom")
@@ -123,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_plan_options(p_plan: argparse.ArgumentParser) -> None:
     """The host inputs and the overrides `plan` and `compare` share."""
-    _add_topology_inputs(p_plan, facts_option=True)
+    _add_topology_inputs(p_plan, facts_option=True, hosts=True)
     p_plan.add_argument("--gpu-memory-gib", type=float, help="memory per GPU in GiB (2^30 bytes); overrides the query file")
     p_plan.add_argument("--model-path", help="the path vLLM will load from on the host (default: --model-id, else --model)")
     p_plan.add_argument("--served-model-name")
@@ -196,7 +227,10 @@ def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
               model_id: Optional[str] = None) -> Tuple[contracts.ServingPlan, Dict[str, Any]]:
     model_path = model_path or args.model
     model_id = model_id if model_path != args.model else args.model_id
-    host = host_facts_from_args(args)
+    hosts = hosts_facts_from_args(args)
+    host = hosts[0]
+    if len(hosts) > 1 and getattr(args, "command", "plan") != "plan":
+        raise UsageError("%s takes one host: give --topo-file once" % args.command)
     model = model_config.model_facts(model_path)
     vllm = _read_json(args.vllm_facts, "vLLM facts file") if args.vllm_facts else None
     if vllm is not None:
@@ -221,6 +255,9 @@ def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
         request["gpu_memory_bytes"] = int(args.gpu_memory_gib * GIB)
     if not model_id and not args.model_path:
         request["model_path"] = model_path
+    if len(hosts) > 1:
+        names = list(args.node_host) or None
+        return planner_nodes.plan_group(hosts, model, vllm, request, names, args.network_gbps), host
     return planner.plan(host, model, vllm, request), host
 
 

@@ -367,6 +367,16 @@ class Candidate(BaseModel):
     performance: Optional[Performance] = None  # None when it does not fit, on CPU, or for an unknown GPU
 
 
+class NodePlan(BaseModel):
+    """One host of a multi-node serving group (plugin_utils/planner_nodes.py)."""
+    host: str
+    rank: int
+    role: Literal["head", "worker"]
+    gpu_indices: List[int] = Field(default_factory=list)
+    argv: List[str] = Field(default_factory=list)
+    env: Dict[str, str] = Field(default_factory=dict)
+
+
 class ServingPlan(BaseModel):
     """The plan contract (docs/ARCHITECTURE.md, `llmops-vllm plan --json`)."""
     fits: bool
@@ -388,6 +398,7 @@ class ServingPlan(BaseModel):
     objective: str = "throughput"
     performance: Optional[Performance] = None
     performance_note: Optional[str] = None  # why performance is null
+    nodes: List[NodePlan] = Field(default_factory=list)  # multi-host plans only (plan with several --topo-file)
     attention: str
     quantization: Optional[str] = None
     weights_bytes: int
