@@ -161,6 +161,7 @@ def test_unknown_gpu_falls_back_to_size_and_says_so():
     figure, model, host, _plan = FIGURES[FIGURE_NAMES[0]]
     renamed = host.model_copy(update={"gpus": [g.model_copy(update={"name": "NVIDIA Future GPU"}) for g in host.gpus]})
     result = planner.plan(renamed, model, None, {"model_id": figure["model"]})
-    if result.fits:
-        assert result.performance is None and "NVIDIA Future GPU" in result.performance_note
-        assert any("GPU table" in w for w in result.warnings)
+    assert result.fits, result.error
+    assert result.performance is None and "NVIDIA Future GPU" in result.performance_note
+    assert any("GPU table" in w for w in result.warnings)
+    assert all(c.performance is None for c in result.candidates)
