@@ -10,7 +10,7 @@ import math
 import os
 
 from ansible_collections.llmops.vllm.plugins.module_utils import model_config, topology
-from ansible_collections.llmops.vllm.plugins.plugin_utils import contracts, planner, planner_performance
+from ansible_collections.llmops.vllm.plugins.plugin_utils import contracts, planner, planner_performance, planner_rules
 from replay_data import CONFIGS, FIXTURES, RTX_NUMACTL, RTX_QUERY, RTX_TOPO, read
 
 GIB = 1 << 30
@@ -79,7 +79,7 @@ def predicted(name, constants=None):
         cand = next(c for c in plan.candidates if c.label == plan.layout and c.fits)
         work = planner_performance.Workload(concurrency=figure["concurrency"], input_len=figure["input_len"],
                                             output_len=figure["output_len"])
-        seqs = 1024 if (plan.gpu_memory_bytes or 0) >= 70 * GIB else 256
+        seqs = planner_rules.scheduler_defaults(plan.gpu_memory_bytes or 0, figure["gpu"])[1]
         perf, _why = planner_performance.predict(model, plan.weights_bytes, host, cand, work,
                                                  1 if plan.kv_cache_dtype.startswith("fp8") else 2, seqs, None,
                                                  constants)
