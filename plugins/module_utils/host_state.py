@@ -9,7 +9,11 @@ Schema 1 of /var/lib/llmops-vllm/state.json::
      "models":   {"<name>": entry},      # served now, one entry per model
      "previous": {"<name>": entry},      # the last entry retired or replaced under that name (rollback, revert)
      "history":  [entry without plan],   # newest first, at most HISTORY_LIMIT
-     "lock":     null | {"holder": str, "controller": str, "started": iso8601, "lease_s": int}}
+     "lock":     null | {"holder": str, "controller": str, "started": iso8601, "lease_s": int,
+                         "renewed": iso8601}}   # renewed: optional, the lease counts from it
+
+The lock serialises runs against one host (acquire_lock / renew_lock / release_lock): the run that
+holds it renews its lease at each phase; a lock whose lease ran out is taken over with a warning.
 
 An entry: name, unit (vllm-<name>.service), repo_id, revision, commit, path, served_model_name, bind,
 port, since (ISO 8601) and plan (PLAN_KEYS); optionally venv, fingerprint and unit_sha1 (ENTRY_OPTIONAL).
@@ -62,7 +66,8 @@ PLAN_KEYS = {
 }
 # Older entries have no layout (the label came with planner v2).
 PLAN_OPTIONAL = ('layout',)
-LOCK_KEYS = {'holder': 'str', 'controller': 'str', 'started': 'time', 'lease_s': 'count'}
+LOCK_KEYS = {'holder': 'str', 'controller': 'str', 'started': 'time', 'lease_s': 'count', 'renewed': 'time'}
+LOCK_OPTIONAL = ('renewed',)
 STATE_KEYS = ('schema', 'models', 'previous', 'history', 'lock')
 
 # A state document (schema 1 once validated) and one of its entries: parsed JSON, checked by
@@ -281,7 +286,7 @@ def state_problems(state: Any) -> List[str]:
     lock = state.get('lock')
     if lock is not None:
         if isinstance(lock, dict):
-            problems.extend(_keys_problems('lock', lock, LOCK_KEYS))
+            problems.extend(_keys_problems('lock', lock, LOCK_KEYS, LOCK_OPTIONAL))
         else:
             problems.append('lock: expected null or a mapping of %s, got %r' % (', '.join(sorted(LOCK_KEYS)), lock))
     for key in sorted(set(state) - set(STATE_KEYS), key=str):
@@ -488,6 +493,96 @@ def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str 
             return '%s@%s now names %s, not the served %s' % (
                 entry['repo_id'], entry['revision'], commit[:12], entry['commit'][:12])
     return None
+
+
+# ----------------------------------------------------------------------------- the host's lock
+
+class LockHeld(StateError):
+    """Another run holds the host's lock and its lease has not run out; .lock is that lock."""
+
+    def __init__(self, lock: Mapping[str, Any], now: Optional[str] = None) -> None:
+        self.lock = dict(lock)
+        super().__init__(describe_lock(lock, now))
+
+
+def _time(value: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(value[:-1] + '+00:00' if value.endswith('Z') else value)
+
+
+def lock_expires(lock: Mapping[str, Any]) -> str:
+    """When the lease of `lock` runs out (ISO 8601): lease_s after it was last renewed (or taken)."""
+    since = _time(lock.get('renewed') or lock['started'])
+    return (since + datetime.timedelta(seconds=int(lock['lease_s']))).isoformat()
+
+
+def lock_expired(lock: Mapping[str, Any], now: Optional[str] = None) -> bool:
+    return _time(now or now_iso()) >= _time(lock_expires(lock))
+
+
+def describe_lock(lock: Mapping[str, Any], now: Optional[str] = None) -> str:
+    """'held by <holder> on <controller> since <started>, lease until <expires> (<n> s left)'."""
+    left = int((_time(lock_expires(lock)) - _time(now or now_iso())).total_seconds())
+    return 'held by %s on %s since %s, lease until %s (%s)' % (
+        lock['holder'], lock['controller'], lock['started'], lock_expires(lock),
+        '%d s left' % left if left > 0 else 'expired %d s ago' % -left)
+
+
+def _lock_problems(holder: Any, controller: Any, lease_s: Any) -> List[str]:
+    problems = []
+    if not _valid('str', holder):
+        problems.append(_problem('holder', 'str', holder))
+    if not _valid('str', controller):
+        problems.append(_problem('controller', 'str', controller))
+    if not (_is_int(lease_s) and lease_s >= 1):
+        problems.append(_problem('lease_s', 'size', lease_s))
+    return problems
+
+
+def acquire_lock(state: State, holder: str, controller: str, lease_s: int,
+                 now: Optional[str] = None) -> Tuple[State, Optional[Dict[str, Any]]]:
+    """(new state, the expired lock taken over or None) with `holder` holding the lock for lease_s.
+
+    Free, or held by `holder` itself (a renewal): taken. Held by another whose lease ran out: taken
+    over, and that lock is returned for the warning. Held by another within its lease: LockHeld.
+    """
+    problems = _lock_problems(holder, controller, lease_s)
+    if problems:
+        raise StateError(problems)
+    state = copy.deepcopy(validate(state))
+    now = now or now_iso()
+    held, taken_over = state['lock'], None
+    if held is not None and held['holder'] != holder:
+        if not lock_expired(held, now):
+            raise LockHeld(held, now)
+        taken_over = dict(held)
+    if held is not None and held['holder'] == holder:
+        state['lock'] = dict(held, renewed=now, lease_s=lease_s, controller=controller)
+    else:
+        state['lock'] = {'holder': holder, 'controller': controller, 'started': now, 'lease_s': lease_s}
+    return state, taken_over
+
+
+def renew_lock(state: State, holder: str, lease_s: int, now: Optional[str] = None) -> State:
+    """A new state with `holder`'s lease renewed from now for lease_s; StateError when it does not
+    hold the lock (another run took it over after the lease ran out, or it was never taken)."""
+    state = copy.deepcopy(validate(state))
+    held = state['lock']
+    if held is None or held['holder'] != holder:
+        raise StateError('lock: %s does not hold it (%s)' % (
+            holder, describe_lock(held, now) if held else 'nobody does'))
+    problems = _lock_problems(holder, held['controller'], lease_s)
+    if problems:
+        raise StateError(problems)
+    state['lock'] = dict(held, renewed=now or now_iso(), lease_s=lease_s)
+    return state
+
+
+def release_lock(state: State, holder: str) -> State:
+    """A new state without `holder`'s lock; a lock someone else holds (or none) is left as it is."""
+    state = copy.deepcopy(validate(state))
+    if state['lock'] is not None and state['lock']['holder'] == holder:
+        state['lock'] = None
+    return state
 
 
 def serialize(state: State) -> str:

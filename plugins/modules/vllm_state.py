@@ -27,6 +27,11 @@ description:
   - O(action=record) and O(action=retire) report a change only when the file's text changes, and write
     it atomically (temporary file, fsync, rename) with mode C(0644), holding a lock on the state
     directory while they read and write it. Run them as root (C(become)), which owns the file.
+  - O(action=lock), O(action=renew) and O(action=unlock) manage the host's lock (C(lock) in the file), which
+    serialises rollouts against one host - C(playbooks/rollout.yml) and C(llmops-vllm apply) take it after the
+    fast path and release it at the end, renewing its lease at each phase. A second run waits up to O(wait_s)
+    for it, then fails naming who holds it and since when; a lock whose lease ran out is taken over with a
+    warning (its holder died without releasing it).
 author:
   - llmops.vllm maintainers (@llmops)
 options:
@@ -43,8 +48,14 @@ options:
         only model served, the unit file's sha1, its venv and model directory, the unit active, and, for a branch
         or tag, one request to O(hub_endpoint) for the commit it names now. Nothing is re-hashed or re-planned;
         a rollout uses it to stop early. Read-only.
+      - V(lock) takes the host's lock for O(holder) with a lease of O(lease_s) seconds, waiting up to O(wait_s)
+        while another holder's lease runs; taking a lock O(holder) already holds renews it. An expired lock is
+        taken over (RV(taken_over), and a warning).
+      - V(renew) renews O(holder)'s lease from now for O(lease_s) seconds; fails when O(holder) no longer holds
+        the lock (its lease ran out and another run took it).
+      - V(unlock) releases O(holder)'s lock; a lock another holder holds, or none, is left as it is.
     type: str
-    choices: [read, record, retire, verify]
+    choices: [read, record, retire, verify, lock, renew, unlock]
     default: read
   state_dir:
     description: Directory of the state file C(state.json). Created (mode C(0755)) when a write needs it.
@@ -85,9 +96,29 @@ options:
   hub_token:
     description: With O(action=verify), the hub token for a private repository (sent in a header, never logged).
     type: str
+  holder:
+    description:
+      - With O(action=lock), O(action=renew) and O(action=unlock), who holds the lock - one id per run and host
+        (C(llmops-vllm apply) passes C(<user>@<controller>/<run id>)).
+    type: str
+  controller:
+    description: With O(action=lock), the controller the run comes from (shown to a run that finds the host locked).
+    type: str
+  lease_s:
+    description:
+      - With O(action=lock) and O(action=renew), how long the lock holds without a renewal, in seconds. A phase
+        that may last longer (a large download) renews with its own timeout.
+    type: int
+    default: 1800
+  wait_s:
+    description: With O(action=lock), how long to wait for another holder's lock, in seconds (V(0) - fail at once).
+    type: int
+    default: 0
 attributes:
   check_mode:
-    description: Computes the new state, the change and the diff, and writes nothing.
+    description:
+      - Computes the new state, the change and the diff, and writes nothing. O(action=lock) in check mode says
+        whether the lock could be taken (it fails while another holder's lease runs) and waits for nothing.
     support: full
   diff_mode:
     description: The file's text before and after (O(action=record) and O(action=retire)).
@@ -134,6 +165,21 @@ EXAMPLES = r'''
   llmops.vllm.vllm_state:
     action: retire
     name: minimax-m2-5
+  become: true
+
+- name: Hold the host for this run (wait up to 10 minutes for another run)
+  llmops.vllm.vllm_state:
+    action: lock
+    holder: "ci@controller-1/run-4711"
+    controller: controller-1
+    lease_s: 1800
+    wait_s: 600
+  become: true
+
+- name: Release it
+  llmops.vllm.vllm_state:
+    action: unlock
+    holder: "ci@controller-1/run-4711"
   become: true
 '''
 
@@ -231,6 +277,26 @@ models:
           still runs outside the unit.
       type: dict
       sample: {pid: 4242, start_time: 1234567, user: llmops-serve, command: "vllm serve /srv/m --api-key ********"}
+lock:
+  description: With O(action=lock), O(action=renew) and O(action=unlock), the host's lock after the action (null when free).
+  returned: O(action=lock), O(action=renew) or O(action=unlock)
+  type: dict
+  sample: {holder: "ci@controller-1/run-4711", controller: controller-1, started: "2026-12-02T04:00:00+00:00", lease_s: 1800}
+taken_over:
+  description: With O(action=lock), the expired lock this run took over (null when there was none).
+  returned: O(action=lock)
+  type: dict
+  sample: {holder: "ci@controller-2/run-17", controller: controller-2, started: "2026-12-01T22:00:00+00:00", lease_s: 1800}
+waited_s:
+  description: With O(action=lock), how long it waited for another holder, in seconds.
+  returned: O(action=lock)
+  type: float
+  sample: 0.0
+held_by:
+  description: With O(action=lock), when it failed, the lock another run holds.
+  returned: failure
+  type: dict
+  sample: {holder: "ci@controller-2/run-17", controller: controller-2, started: "2026-12-02T03:58:00+00:00", lease_s: 1800}
 up_to_date:
   description: With O(action=verify), whether the host provably serves O(name) as the rollout would leave it.
   returned: O(action=verify)
@@ -287,6 +353,7 @@ import errno
 import fcntl
 import os
 import subprocess
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -318,6 +385,8 @@ class StateFile(object):
         return dir_fd
 
     def run(self, action, params):
+        if action == 'lock':
+            return self.take_lock(params)
         result = dict(state_file=self.path, changed=False)
         dir_fd = self.lock() if action not in ('read', 'verify') else None
         try:
@@ -327,6 +396,10 @@ class StateFile(object):
                 after = host_state.record(before, params['entry'], replaces=params['replaces'])
             elif action == 'retire':
                 after = host_state.retire(before, params['name'])
+            elif action == 'renew':
+                after = host_state.renew_lock(before, params['holder'], params['lease_s'])
+            elif action == 'unlock':
+                after = host_state.release_lock(before, params['holder'])
             if action not in ('read', 'verify'):
                 after_text = host_state.serialize(after)
                 result['changed'] = after_text != before_text
@@ -338,6 +411,8 @@ class StateFile(object):
         finally:
             if dir_fd is not None:
                 os.close(dir_fd)
+        if action in ('renew', 'unlock'):
+            result['lock'] = after['lock']
         served = host_state.models(after)
         # Several models: no single `current` (host_state.current() would refuse); `models` has them all.
         result.update(state=after, models=served, current=served[0] if len(served) == 1 else None, migrated=migrated)
@@ -349,11 +424,46 @@ class StateFile(object):
             result.update(up_to_date=why is None, why=why or '')
         return result
 
+    def take_lock(self, params):
+        """Take the lock, polling (the state directory unlocked between polls) while another holds it."""
+        started = time.monotonic()
+        while True:
+            try:
+                result = self.run_locked_acquire(params)
+            except host_state.LockHeld:
+                if time.monotonic() - started >= params['wait_s']:
+                    raise
+                time.sleep(min(2.0, max(0.1, params['wait_s'] - (time.monotonic() - started))))
+                continue
+            result['waited_s'] = round(time.monotonic() - started, 1)
+            return result
+
+    def run_locked_acquire(self, params):
+        result = dict(state_file=self.path, changed=False)
+        dir_fd = self.lock()
+        try:
+            before, migrated, before_text = host_state.read(self.path)
+            after, taken_over = host_state.acquire_lock(before, params['holder'], params['controller'], params['lease_s'])
+            after_text = host_state.serialize(after)
+            result['changed'] = after_text != before_text
+            if result['changed'] and not self.module.check_mode:
+                host_state.write_atomic(self.path, after_text)
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+        if taken_over:
+            self.module.warn('took over the lock of %s: its lease had run out (%s)' % (
+                taken_over['holder'], host_state.describe_lock(taken_over)))
+        served = host_state.models(after)
+        result.update(state=after, models=served, current=served[0] if len(served) == 1 else None, migrated=migrated,
+                      lock=after['lock'], taken_over=taken_over)
+        return result
+
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type='str', choices=['read', 'record', 'retire', 'verify'], default='read'),
+            action=dict(type='str', choices=['read', 'record', 'retire', 'verify', 'lock', 'renew', 'unlock'], default='read'),
             state_dir=dict(type='path', default=host_state.DEFAULT_STATE_DIR),
             path=dict(type='path'),
             entry=dict(type='dict'),
@@ -363,9 +473,14 @@ def main():
             unit_dir=dict(type='path', default=host_state.DEFAULT_UNIT_DIR),
             hub_endpoint=dict(type='str'),
             hub_token=dict(type='str', no_log=True),
+            holder=dict(type='str'),
+            controller=dict(type='str'),
+            lease_s=dict(type='int', default=1800),
+            wait_s=dict(type='int', default=0),
         ),
         required_if=[('action', 'record', ['entry']), ('action', 'retire', ['name']),
-                     ('action', 'verify', ['name', 'fingerprint'])],
+                     ('action', 'verify', ['name', 'fingerprint']), ('action', 'lock', ['holder', 'controller']),
+                     ('action', 'renew', ['holder']), ('action', 'unlock', ['holder'])],
         supports_check_mode=True,
     )
     p = module.params
@@ -374,10 +489,18 @@ def main():
                  for option, action in (('entry', 'record'), ('replaces', 'record'), ('fingerprint', 'verify'),
                                         ('hub_endpoint', 'verify'), ('hub_token', 'verify'))
                  if p[option] is not None and p['action'] != action]
+    misplaced += ['%s only goes with action=lock, renew or unlock' % option
+                  for option in ('holder',) if p[option] is not None and p['action'] not in ('lock', 'renew', 'unlock')]
+    misplaced += ['controller only goes with action=lock'] if p['controller'] is not None and p['action'] != 'lock' else []
+    if p['wait_s'] < 0 or p['lease_s'] < 1:
+        misplaced.append('wait_s must be >= 0 and lease_s >= 1 (got wait_s=%d, lease_s=%d)' % (p['wait_s'], p['lease_s']))
     if misplaced:
         module.fail_json(msg='%s (action is %s)' % ('; '.join(misplaced), p['action']), state_file=path)
     try:
         result = StateFile(module, path).run(p['action'], p)
+    except host_state.LockHeld as exc:
+        module.fail_json(msg='%s is locked: %s; waited %d s (wait_s). Wait for that run, or let its lease run out.'
+                         % (path, '; '.join(exc.problems), p['wait_s']), held_by=exc.lock, problems=exc.problems, state_file=path)
     except host_state.StateError as exc:
         module.fail_json(msg='%s: %s' % (path, '; '.join(exc.problems)), problems=exc.problems, state_file=path)
     except OSError as exc:

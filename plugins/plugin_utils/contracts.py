@@ -636,6 +636,10 @@ class VllmStateResult(_Result):
     why: Optional[str] = None
     diff: Optional[TextDiff] = None
     problems: Optional[List[str]] = None
+    lock: Optional[Dict[str, Any]] = None
+    taken_over: Optional[Dict[str, Any]] = None
+    waited_s: Optional[float] = None
+    held_by: Optional[Dict[str, Any]] = None
 
 
 class HfModelResult(_Result):

@@ -76,7 +76,7 @@ def run_module(tmp_path, name, module_args, check=False, diff=False):
     result = json.loads(out.read_text())
     if not result.get("failed"):  # what the module really returns is its contract (plus Ansible's own keys)
         VllmStateResult.model_validate({k: v for k, v in result.items() if k not in ("changed", "failed", "invocation", "warnings")})
-    result["_stdout"] = completed.stdout
+    result["_stdout"] = completed.stdout + completed.stderr  # warnings go to stderr
     return result
 
 
@@ -167,3 +167,56 @@ def test_missing_state_dir_and_refusals(tmp_path):
     (state_dir / "state.json").write_text(json.dumps({"schema": 2, "models": {}}))
     future = run_module(tmp_path, "read-future", {"state_dir": str(state_dir)})
     assert future["failed"] is True and "schema 2 is newer" in future["msg"] and "upgrade the collection" in future["msg"]
+
+
+def test_lock_serialises_two_runs_and_takes_over_an_expired_lease(tmp_path):
+    state_dir = tmp_path / "state"
+    first = run_module(tmp_path, "lock-first", {"action": "lock", "state_dir": str(state_dir), "holder": "ci@ctl-1/run-1",
+                                                "controller": "ctl-1", "lease_s": 600})
+    assert first["changed"] is True and first["lock"]["holder"] == "ci@ctl-1/run-1" and first["taken_over"] is None
+    on_disk = json.loads((state_dir / "state.json").read_text())
+    assert on_disk["lock"]["controller"] == "ctl-1"
+
+    second = run_module(tmp_path, "lock-second", {"action": "lock", "state_dir": str(state_dir), "holder": "ci@ctl-2/run-2",
+                                                  "controller": "ctl-2", "wait_s": 3})
+    assert second["failed"] is True and second["held_by"]["holder"] == "ci@ctl-1/run-1"
+    assert "held by ci@ctl-1/run-1 on ctl-1 since " in second["msg"] and "waited 3 s" in second["msg"]
+    assert json.loads((state_dir / "state.json").read_text()) == on_disk  # the refused run wrote nothing
+
+    renewed = run_module(tmp_path, "renew", {"action": "renew", "state_dir": str(state_dir), "holder": "ci@ctl-1/run-1", "lease_s": 900})
+    assert renewed["changed"] is True and renewed["lock"]["lease_s"] == 900 and "renewed" in renewed["lock"]
+    not_mine = run_module(tmp_path, "renew-other", {"action": "renew", "state_dir": str(state_dir), "holder": "ci@ctl-2/run-2"})
+    assert not_mine["failed"] is True and "ci@ctl-2/run-2 does not hold it" in not_mine["msg"]
+
+    # a lease that ran out (its run died): the next run takes it over, with a warning
+    on_disk = json.loads((state_dir / "state.json").read_text())
+    on_disk["lock"].update(started="2026-01-01T00:00:00+00:00", renewed="2026-01-01T00:10:00+00:00")
+    (state_dir / "state.json").write_text(json.dumps(on_disk))
+    taken = run_module(tmp_path, "take-over", {"action": "lock", "state_dir": str(state_dir), "holder": "ci@ctl-2/run-2",
+                                               "controller": "ctl-2"})
+    assert taken["changed"] is True and taken["taken_over"]["holder"] == "ci@ctl-1/run-1"
+    assert "took over the lock of ci@ctl-1/run-1: its lease had run out" in taken["_stdout"]
+
+    released = run_module(tmp_path, "unlock", {"action": "unlock", "state_dir": str(state_dir), "holder": "ci@ctl-2/run-2"})
+    assert released["changed"] is True and released["lock"] is None
+    assert json.loads((state_dir / "state.json").read_text())["lock"] is None
+
+
+def test_a_waiting_lock_is_taken_once_the_holder_releases_it(tmp_path):
+    """Two real runs at once: the second waits (wait_s) and gets the lock the first releases."""
+    import threading
+    import time
+    state_dir = tmp_path / "state"
+    run_module(tmp_path, "hold", {"action": "lock", "state_dir": str(state_dir), "holder": "first", "controller": "ctl"})
+    waited = {}
+
+    def second():
+        waited["result"] = run_module(tmp_path, "wait", {"action": "lock", "state_dir": str(state_dir), "holder": "second",
+                                                         "controller": "ctl", "wait_s": 120})
+    thread = threading.Thread(target=second)
+    thread.start()
+    time.sleep(6)  # the second run is polling by now (ansible-playbook starts in ~2 s)
+    run_module(tmp_path, "release", {"action": "unlock", "state_dir": str(state_dir), "holder": "first"})
+    thread.join(timeout=180)
+    result = waited["result"]
+    assert result["changed"] is True and result["lock"]["holder"] == "second" and result["waited_s"] > 1

@@ -437,3 +437,70 @@ def test_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         host_state.write_atomic(str(path), "{}\n")
     assert path.read_text() == LEGACY_2_18 and os.listdir(tmp_path) == ["state.json"]
+
+
+# ----------------------------------------------------------------------------- the host's lock
+
+T0 = "2026-12-02T04:00:00+00:00"
+
+
+def _at(seconds):
+    import datetime
+    return (datetime.datetime.fromisoformat(T0) + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+def test_lock_is_taken_renewed_by_its_holder_and_refused_to_another():
+    state, taken_over = host_state.acquire_lock(host_state.empty_state(), "ci@ctl-1/run-1", "ctl-1", 600, now=T0)
+    assert taken_over is None
+    assert state["lock"] == {"holder": "ci@ctl-1/run-1", "controller": "ctl-1", "started": T0, "lease_s": 600}
+    assert host_state.validate(state) is state
+
+    with pytest.raises(host_state.LockHeld) as held:
+        host_state.acquire_lock(state, "ci@ctl-2/run-2", "ctl-2", 600, now=_at(599))
+    assert held.value.lock["holder"] == "ci@ctl-1/run-1"
+    assert str(held.value) == ("held by ci@ctl-1/run-1 on ctl-1 since %s, lease until %s (1 s left)" % (T0, _at(600)))
+
+    renewed = host_state.renew_lock(state, "ci@ctl-1/run-1", 900, now=_at(500))
+    assert renewed["lock"]["renewed"] == _at(500) and renewed["lock"]["started"] == T0
+    assert host_state.lock_expires(renewed["lock"]) == _at(1400)
+    with pytest.raises(host_state.LockHeld):  # the renewal keeps it: at 1000 s the first lease would have run out
+        host_state.acquire_lock(renewed, "ci@ctl-2/run-2", "ctl-2", 600, now=_at(1000))
+
+    # the holder taking it again is a renewal, not a second lock
+    again, taken_over = host_state.acquire_lock(renewed, "ci@ctl-1/run-1", "ctl-1", 600, now=_at(510))
+    assert taken_over is None and again["lock"]["started"] == T0 and again["lock"]["renewed"] == _at(510)
+
+
+def test_an_expired_lock_is_taken_over_and_the_old_holder_cannot_renew():
+    state = host_state.acquire_lock(host_state.empty_state(), "ci@ctl-1/run-1", "ctl-1", 600, now=T0)[0]
+    state, taken_over = host_state.acquire_lock(state, "ci@ctl-2/run-2", "ctl-2", 300, now=_at(600))
+    assert taken_over["holder"] == "ci@ctl-1/run-1"
+    assert state["lock"]["holder"] == "ci@ctl-2/run-2" and state["lock"]["started"] == _at(600)
+    assert "expired 100 s ago" in host_state.describe_lock(taken_over, now=_at(700))
+    with pytest.raises(host_state.StateError, match="ci@ctl-1/run-1 does not hold it .held by ci@ctl-2/run-2"):
+        host_state.renew_lock(state, "ci@ctl-1/run-1", 600, now=_at(700))
+
+
+def test_release_only_frees_the_holders_own_lock_and_keeps_the_rest():
+    served = host_state.record(host_state.empty_state(), {
+        "name": "tiny", "repo_id": "llmops-test/tiny", "revision": "main", "commit": COMMIT_A, "path": PATH_A,
+        "served_model_name": "tiny", "bind": "::", "port": 8000, "since": T0,
+        "plan": {"device": "cpu", "tensor_parallel_size": 1, "data_parallel_size": 1, "enable_expert_parallel": False,
+                 "gpu_indices": [], "numa_node": None, "max_model_len": 2048, "argv": ["serve", PATH_A]}})
+    locked = host_state.acquire_lock(served, "a", "ctl", 60, now=T0)[0]
+    assert host_state.release_lock(locked, "b") == locked  # someone else's lock stays
+    released = host_state.release_lock(locked, "a")
+    assert released["lock"] is None and released["models"] == served["models"]
+    assert host_state.release_lock(released, "a") == released  # releasing twice changes nothing
+    # record and retire keep the lock (the rollout records while it holds it)
+    assert host_state.retire(locked, "tiny")["lock"] == locked["lock"]
+
+
+@pytest.mark.parametrize("holder, controller, lease_s, problem", [
+    ("", "ctl", 60, "holder: expected a non-empty string"),
+    ("a", None, 60, "controller: expected a non-empty string"),
+    ("a", "ctl", 0, "lease_s: expected an integer >= 1"),
+])
+def test_lock_refuses_bad_input(holder, controller, lease_s, problem):
+    with pytest.raises(host_state.StateError, match=problem):
+        host_state.acquire_lock(host_state.empty_state(), holder, controller, lease_s, now=T0)
