@@ -8,9 +8,13 @@
     llmops-vllm plan (--topo-file F [--query-file F] | --facts F) --model PATH [overrides] [--json]
     llmops-vllm compare <host inputs> --model A [--model-id ID] --model B ... [overrides] [--json]
     llmops-vllm validate --inventory PATH [--json]        the desired state (vllm_model) of every host
+    llmops-vllm apply -i INVENTORY [-l LIMIT] [-e VARS] [--lock-timeout S] [--json]   roll out (ansible-runner)
+    llmops-vllm diff  -i INVENTORY [-l LIMIT] [-e VARS] [--json]                      what apply would change
 
 Exit codes: 0 success; 2 valid input but the model does not fit (plan; compare: none fits); 1 bad
-input or usage.
+input or usage. apply: 0 applied or nothing to change, 1 bad input, 2 refused before anything was
+touched, 3 failed and the old model serves, 4 failed and a host may not serve; diff: 0 with or
+without changes, 2 when the preflight would refuse (plugin_utils/apply.py).
 With --json stdout is exactly one JSON object ({"error": "..."} on exit 1) and stderr one
 readable line; never a traceback. The same functions back the Ansible modules, so the keys are
 the same (docs/ARCHITECTURE.md, "Contracts").
@@ -114,7 +118,7 @@ def _add_topology_inputs(parser: argparse.ArgumentParser, facts_option: bool, ho
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="llmops-vllm", description="Plan how vLLM should serve a model on a host, from captured facts.")
-    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan,compare,validate}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{topology,model,plan,compare,validate,apply,diff}", parser_class=_Parser)
     sub.required = True
 
     p_topo = sub.add_parser("topology", help="GPU topology facts from captured nvidia-smi/numactl/sysfs outputs")
@@ -149,6 +153,25 @@ def build_parser() -> argparse.ArgumentParser:
     p_valid.add_argument("--inventory", "-i", required=True, help="inventory path, as for ansible-playbook -i")
     p_valid.add_argument("--variable", default="vllm_model")
     p_valid.add_argument("--json", action="store_true")
+
+    for name, what in (("apply", "roll the inventory's desired state out (playbook llmops.vllm.rollout, through ansible-runner)"),
+                       ("diff", "what apply would change: the same play in check mode with --diff (changes nothing)")):
+        p_run = sub.add_parser(name, help=what)
+        p_run.add_argument("--inventory", "-i", action="append", required=True, help="inventory path (repeat for several)")
+        p_run.add_argument("--limit", "-l", help="hosts or groups, as for ansible-playbook --limit")
+        p_run.add_argument("--extra-vars", "-e", action="append", default=[],
+                           help="variables, as for ansible-playbook -e (key=value, JSON/YAML, @file)")
+        p_run.add_argument("--vault-password-file", help="for the inventory's and -e files' Vault secrets")
+        p_run.add_argument("--lock-timeout", type=int,
+                           help="seconds to wait for another run's lock on a host (default: rollout_lock_timeout, 300)")
+        p_run.add_argument("--artifacts", default=os.environ.get("LLMOPS_VLLM_ARTIFACTS", ".llmops-vllm"),
+                           help="where ansible-runner's artifacts and the summary go (default .llmops-vllm; "
+                                "LLMOPS_VLLM_ARTIFACTS)")
+        p_run.add_argument("--playbook", default="llmops.vllm.rollout", help="the rollout playbook (a path or an FQCN)")
+        p_run.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                           help="one live progress line (default: when stderr is a terminal)")
+        p_run.add_argument("--verbose", "-v", action="count", default=0)
+        p_run.add_argument("--json", action="store_true", help="the summary as one JSON object on stdout")
     return parser
 
 
@@ -214,6 +237,40 @@ def validate_inventory(args: argparse.Namespace) -> Dict[str, Any]:
     valid, problems = desired_state.validate_inventory(hostvars, args.variable)
     return {"hosts": sorted(hostvars), "valid": valid, "problems": problems,
             "without_model": sorted(set(hostvars) - set(valid) - set(problems))}
+
+
+def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
+    """apply / diff: validate the desired state on the controller, run the play, notify; (summary, exit code)."""
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import apply
+
+    if args.lock_timeout is not None and args.lock_timeout < 0:
+        raise UsageError("--lock-timeout %d: expected seconds >= 0" % args.lock_timeout)
+    try:
+        overrides = apply.extra_vars_documents(args.extra_vars)
+    except ValueError as exc:
+        raise UsageError(str(exc))
+    hostvars: Dict[str, Dict[str, Any]] = {}
+    for path in args.inventory:
+        for host, variables in inventory_hostvars(path).items():
+            hostvars.setdefault(host, {}).update(variables)
+    for variables in hostvars.values():
+        variables.update(overrides)
+    # What the controller can read as plain data; templated or Vault-encrypted values are for the
+    # play's own validation (llmops.vllm.desired_state), which names them the same way.
+    plain = dict((host, variables) for host, variables in hostvars.items()
+                 if "{{" not in json.dumps(variables.get("vllm_model")) and "__ansible_vault" not in json.dumps(variables.get("vllm_model")))
+    _valid, problems = desired_state.validate_inventory(plain, "vllm_model")
+    if problems:
+        raise UsageError("the desired state is not valid, nothing was run: %s" % "; ".join(
+            problems[host] for host in sorted(problems)))
+    summary = apply.run_playbook(args.command, args.inventory, args.extra_vars, args.limit, args.lock_timeout,
+                                 args.artifacts, playbook=args.playbook, vault_password_file=args.vault_password_file,
+                                 verbosity=args.verbose, live=args.live)
+    if any("llmops_vllm_webhook_url" in variables for variables in hostvars.values()) or "llmops_vllm_webhook_url" in overrides:
+        summary["webhook"] = apply.notify(summary["summary_file"], args.inventory, args.extra_vars, args.vault_password_file)
+        if not summary["webhook"]["posted"]:
+            sys.stderr.write("llmops-vllm: warning: the webhook was not notified (%s)\n" % summary["webhook"]["error"])
+    return summary, summary["exit_code"]
 
 
 def _gpu_list(text: str) -> List[int]:
@@ -524,6 +581,11 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                 sys.stderr.write("llmops-vllm: %d host(s) with an invalid %s\n" % (len(report["problems"]), args.variable))
                 return EXIT_BAD_INPUT
             return EXIT_OK
+        if args.command in ("apply", "diff"):
+            from ansible_collections.llmops.vllm.plugins.plugin_utils import apply
+            summary, code = run_rollout(args)
+            sys.stdout.write((json.dumps(summary, indent=2, sort_keys=True) if as_json else apply.render_summary(summary)) + "\n")
+            return code
         if args.command == "compare":
             report, host = compare_models(args)
             sys.stdout.write((json.dumps(report, indent=2, sort_keys=True) if as_json else render_compare(report, host)) + "\n")

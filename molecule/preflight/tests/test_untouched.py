@@ -8,9 +8,13 @@ PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.path.join(os.path.dirn
 def test_every_bad_rollout_ran_and_failed():
     runs = json.load(open(os.path.join(PROJECT, "out", "preflight-runs.json")))
     assert sorted(case["what"] for case, rc in runs) == sorted([
-        "unknown tool-call parser", "a model that cannot fit", "a flag the installed vLLM does not have", "a port in use",
-        "a missing revision", "an invalid document", "a branch where the revision policy asks for a tag"])
-    assert all(rc == 2 for case, rc in runs)
+        "unknown tool-call parser", "a model that cannot fit (llmops-vllm apply, exit 2)", "a flag the installed vLLM does not have",
+        "a port in use (llmops-vllm diff, exit 2)", "a missing revision",
+        "an invalid document (llmops-vllm apply, exit 1 - refused on the controller)",
+        "a branch where the revision policy asks for a tag"])
+    # ansible-playbook's failed play, llmops-vllm's "refused, nothing touched" (2) and "bad input" (1)
+    assert all(rc == case.get("rc", 2) for case, rc in runs)
+    assert sorted(case.get("via", "playbook") for case, rc in runs).count("apply") == 2
 
 
 def test_old_model_untouched(host):
