@@ -6,7 +6,8 @@
 #       pytest without the live files - unit tests, module tests through ansible-playbook on
 #       localhost, integration tests with hosts and hubs of their own;
 #   lane "llmops1" (the main one): the molecule scenario default on both sandbox hosts, then, on
-#       llmops-1, rollback and upgrade - each starting from what the one before leaves;
+#       llmops-1, rollback and upgrade - each starting from what the one before leaves - and the
+#       live pytest file of the GitOps pipelines (test_gitops_live.py, on what upgrade leaves);
 #   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
 #       (test_benchmark_live.py, test_vllm_install_live.py), then the molecule scenario preflight there.
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints the time table and
@@ -18,6 +19,7 @@ export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_NOCOLOR
 export JUNIT=out/junit LOGS=out/logs
 rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
 LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
+LIVE1="tests/integration/test_gitops_live.py"
 # Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
 LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight takeover"
 
@@ -55,7 +57,7 @@ lane_static_and_pytest() {
   run_case static ruff ruff check || rc=1
   run_case static ansible-test-sanity make --no-print-directory sanity || rc=1
   write_suite static
-  for file in $LIVE; do ignore+=("--ignore=$file"); done
+  for file in $LIVE $LIVE1; do ignore+=("--ignore=$file"); done
   echo "== pytest (all but the live files)"
   pytest --junitxml="$JUNIT/pytest.xml" "${ignore[@]}" "$@" || rc=1
   return "$rc"
@@ -97,7 +99,7 @@ end_lanes() {
   done
   pids=()
 }
-export LIVE LLMOPS2_SCENARIOS
+export LIVE LIVE1 LLMOPS2_SCENARIOS
 
 for config in molecule/*/molecule.yml; do
   name=$(basename "$(dirname "$config")")
@@ -113,6 +115,9 @@ scenario llmops1 default || status=1
 start_lane llmops2 lane_llmops2 "$@"
 for name in $LLMOPS1_SCENARIOS; do scenario llmops1 "$name" || status=1; done
 write_suite molecule-llmops1
+echo "== pytest (the live files, on llmops-1)" >&2
+# shellcheck disable=SC2086  # LIVE1 is a list of paths without spaces
+pytest --junitxml="$JUNIT/pytest-live1.xml" $LIVE1 "$@" >&2 || status=1
 end_lanes
 
 python3 tools/test_summary.py "$JUNIT" || { [ "$status" -ne 0 ] || status=1; }

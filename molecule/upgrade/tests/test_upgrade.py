@@ -48,3 +48,26 @@ def test_report_of_the_upgrade():
     with open(os.path.join(PROJECT, "out", "measurements.txt"), "a") as handle:
         handle.write("vLLM upgrade 0.31.0 -> 0.32.0 under tiny-llama: %s; %s\n" % (
             json.dumps(latest["timings"]), latest["benchmark"]["summary"]))
+
+
+def test_the_consumer_repository_applied_it_with_the_installed_collection():
+    """converge.yml: `llmops-vllm apply` of the wheel, from examples/consumer with the built tarball."""
+    applied = json.load(open(os.path.join(PROJECT, "out", "upgrade-apply-ok.json")))
+    host = applied["hosts"]["llmops-1"]
+    assert applied["exit_code"] == 0 and host["exit_code"] == 0 and applied["changed"] is True
+    assert host["old_model"]["name"] == host["new_model"]["name"] == "tiny-llama" and host["plan"] == "cpu"
+    assert {"install", "fetch", "retire", "serve", "gate", "benchmark"} <= set(host["phases"])
+    assert host["gate"]["benchmark_passed"] is True and host["rollback_reason"] is None
+    # the idempotence run: the fast path, nothing changed
+    summary = json.load(open(os.path.join(PROJECT, "out", "upgrade-apply-unchanged.json")))
+    assert summary["exit_code"] == 0 and summary["changed"] is False
+    assert summary["hosts"]["llmops-1"]["fast_path"] is True
+    consumer = os.path.join(PROJECT, "out", "consumer")
+    assert summary["artifacts"].startswith(os.path.join(consumer, "repo", ".llmops-vllm"))
+    events = os.listdir(os.path.join(summary["artifacts"], "job_events"))
+    assert events  # ansible-runner's artifacts are kept
+    # the rollout ran the tarball's collection installed in the consumer's ./collections
+    stdout = open(os.path.join(summary["artifacts"], "command")).read()
+    assert "llmops.vllm.rollout" in stdout
+    venv_cli = os.path.join(consumer, "venv", "bin", "llmops-vllm")
+    assert os.path.isfile(venv_cli) and os.path.isdir(os.path.join(consumer, "repo", "collections", "ansible_collections", "llmops", "vllm"))
