@@ -4,7 +4,8 @@
 # the second core idle much of the time, and the lanes share nothing but the sandbox's bridge and hub.
 #   lane "static_and_pytest" (from the start): ansible-lint, mypy, ruff and ansible-test sanity, then
 #       pytest without the live files - unit tests, module tests through ansible-playbook on
-#       localhost, integration tests with hosts and hubs of their own;
+#       localhost, integration tests with hosts and hubs of their own; then the unit and localhost
+#       Ansible tests again under the oldest ansible-core requires_ansible admits (tools/oldest_ansible.sh);
 #   lane "llmops1" (the main one): the molecule scenario default on both sandbox hosts, then, on
 #       llmops-1, rollback and upgrade - each starting from what the one before leaves - and the
 #       live pytest file of the GitOps pipelines (test_gitops_live.py, on what upgrade leaves);
@@ -60,6 +61,8 @@ lane_static_and_pytest() {
   for file in $LIVE $LIVE1; do ignore+=("--ignore=$file"); done
   echo "== pytest (all but the live files)"
   pytest --junitxml="$JUNIT/pytest.xml" "${ignore[@]}" "$@" || rc=1
+  echo "== pytest (the unit and localhost Ansible tests under the oldest ansible-core admitted)"
+  tools/oldest_ansible.sh --junitxml="$JUNIT/pytest-oldest-ansible.xml" -q "$@" || rc=1
   return "$rc"
 }
 lane_llmops2() {

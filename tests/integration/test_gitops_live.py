@@ -9,7 +9,8 @@ Two checkouts of that repository: a pull request that changes llmops-1's desired
 tiny-qwen3 (validate, then diff, whose output both pipelines post as a comment to a local HTTP
 server standing in for the forge's API), and main, whose desired state is what llmops-1 serves after
 the upgrade scenario (apply: the fast path, exit 0, the summary posted to the webhook from Vault).
-A line the other pipeline already ran in the same checkout is not run twice (the same command).
+Each block is run command by command (backslash continuations joined); a command the other pipeline
+already ran in the same checkout is not run twice.
 
 Runs in the llmops1 lane after molecule upgrade (tools/run_tests.sh); alone it first brings
 llmops-1 to that state (sandbox/up, then the consumer's apply)."""
@@ -85,9 +86,9 @@ def checkouts(nspawn_ok, tmp_path_factory, forge):
     webhook = run([CONSUMER / "venv" / "bin" / "ansible-vault", "encrypt_string", "--vault-password-file", password,
                    "--name", "llmops_vllm_webhook_url", "--", "%s/hooks/%s" % (forge, HOOK_TOKEN)], env=clean_env()).stdout
     repos = {}
-    for name, model in (("main", MODEL_A["vllm_model"]), ("pr", dict(MODEL_A["vllm_model"], name="tiny-qwen3",
-                                                                      repo_id="llmops-test/tiny-qwen3-chat", revision="main",
-                                                                      served_model_name="tiny-qwen3"))):
+    proposed = dict(MODEL_A["vllm_model"], name="tiny-qwen3", repo_id="llmops-test/tiny-qwen3-chat", revision="main",
+                    served_model_name="tiny-qwen3")
+    for name, model in (("main", MODEL_A["vllm_model"]), ("pr", proposed)):
         repo = top / name
         shutil.copytree(CONSUMER / "repo", repo, symlinks=True, ignore=shutil.ignore_patterns(".llmops-vllm", "reports"))
         host_vars = repo / "inventory" / "host_vars"
@@ -104,12 +105,24 @@ def checkouts(nspawn_ok, tmp_path_factory, forge):
     return repos
 
 
+def logical_lines(script):
+    """The commands of a shell block, one per line, backslash continuations joined."""
+    lines, current = [], ""
+    for line in script.splitlines():
+        current += line.rstrip("\\").strip() + " " if line.rstrip().endswith("\\") else line.strip()
+        if not line.rstrip().endswith("\\"):
+            if current.strip():
+                lines.append(current.strip())
+            current = ""
+    return lines
+
+
 def github_jobs():
     workflow = yaml.safe_load((GITOPS / "github-actions.yml").read_text())
     env = dict((k, str(v)) for k, v in (workflow.get("env") or {}).items())
     for name, job in workflow["jobs"].items():
         job_env = dict(env, **dict((k, str(v)) for k, v in (job.get("env") or {}).items() if "${{" not in str(v)))
-        lines = [step["run"] for step in job["steps"] if "run" in step]
+        lines = [line for step in job["steps"] if "run" in step for line in logical_lines(step["run"])]
         yield name, job_env, lines
 
 
@@ -120,7 +133,7 @@ def gitlab_jobs():
     for name in ("validate", "diff", "apply"):
         job = pipeline[name]
         assert job["stage"] in pipeline["stages"]
-        yield name, env, before + job["script"] + job.get("after_script", [])
+        yield name, env, [line for script in before + job["script"] + job.get("after_script", []) for line in logical_lines(script)]
 
 
 CHECKOUT_OF_JOB = {"validate": "pr", "diff": "pr", "apply": "main"}
@@ -184,7 +197,9 @@ def test_the_merge_applies_with_exit_0_and_notifies_the_webhook(pipelines, check
     assert summary["exit_code"] == 0 and summary["hosts"]["llmops-1"]["outcome"] == "unchanged"
     assert summary["webhook"] == {"posted": True, "error": None}
     hooks = [post for post in Forge.posts if post["path"] == "/hooks/" + HOOK_TOKEN]
-    assert len(hooks) == 1 and hooks[0]["body"]["run_id"] == summary["run_id"]
+    # one diff (the pull request) and one apply (the merge): the pipelines' same commands ran once
+    assert sorted(hook["body"]["command"] for hook in hooks) == ["apply", "diff"]
+    assert [hook["body"]["run_id"] for hook in hooks if hook["body"]["command"] == "apply"] == [summary["run_id"]]
     # the runner's artifacts are where the pipelines upload them from, without the webhook's secret
     artifacts = checkouts["main"] / ".llmops-vllm" / "artifacts"
     assert (artifacts / summary["run_id"] / "summary.json").exists()
