@@ -42,7 +42,8 @@ sandbox-down:
 # The story's host from real captures (8x RTX PRO 6000, PCIe, two NUMA nodes): the plans of the
 # model it retires (with the FP8 KV cache its checkpoint is scaled for, which doubles its KV room)
 # and the model it rolls out (throughput: the layout predicted fastest at full load),
-# then the two compared on that host for both objectives (the story's pivot, by the numbers).
+# then the two compared on that host for both objectives (the story's pivot, by the numbers), then
+# the host serving two models at once: MiniMax-M2.5 on NUMA node 0, Qwen3-30B-A3B FP8 on node 1.
 # No GPU needed.
 RTX := --topo-file tests/fixtures/topology/8x-rtxpro6000-bw-server-pcie-2numa-asus-esc8000a-e13p.txt \
   --query-file tests/fixtures/gpuinfo/nvidia-smi-q__8x-rtxpro6000-asus-esc8000a-e13p.txt \
@@ -59,6 +60,10 @@ preview: setup
 	$(BIN)/llmops-vllm compare $(RTX) --kv-cache-dtype fp8 --objective latency \
 	  --model tests/fixtures/configs/nvidia__Kimi-K2.5-NVFP4.json --model-id nvidia/Kimi-K2.5-NVFP4 \
 	  --model tests/fixtures/configs/MiniMaxAI__MiniMax-M2.5.partial.json --model-id MiniMaxAI/MiniMax-M2.5
+	@echo
+	$(BIN)/llmops-vllm plan $(RTX) \
+	  --model tests/fixtures/configs/MiniMaxAI__MiniMax-M2.5.partial.json --model-id MiniMaxAI/MiniMax-M2.5 --port 8000 \
+	  --model tests/fixtures/configs/Qwen__Qwen3-30B-A3B-FP8.json --model-id Qwen/Qwen3-30B-A3B-FP8 --port 8001
 
 # Every runner (pytest, each molecule scenario) writes JUnit XML under out/junit; one
 # `N passed, N failed` line sums them up. The sandbox is torn down at the end, always.

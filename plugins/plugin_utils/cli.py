@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_plan.add_argument("--node-host", action="append", default=[],
                         help="with several --topo-file: the address the n-th host is reached at (the head's is vLLM's "
                              "--master-addr; default node-0, node-1, ...)")
+    p_plan.add_argument("--name", help="with several --model: this model's name (its unit's; default from the model id)")
+    p_plan.add_argument("--port", type=int, help="with several --model: this model's port (each its own)")
+    p_plan.add_argument("--current", help="with several --model: the host's state file (vllm_state), whose models keep "
+                                          "the GPUs they hold where they still fit")
     p_plan.add_argument("--network-gbps", type=float,
                         help="with several --topo-file: the link between the hosts in Gb/s (default %g)"
                              % planner_nodes.DEFAULT_NETWORK_GBPS)
@@ -280,12 +284,12 @@ def _gpu_list(text: str) -> List[int]:
         raise UsageError("--gpus %r: expected comma-separated GPU indices such as 0,1,2,3" % text)
 
 
-def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
-              model_id: Optional[str] = None) -> Tuple[contracts.ServingPlan, Dict[str, Any]]:
+def plan_inputs(args: argparse.Namespace, model_path: Optional[str] = None, model_id: Optional[str] = None
+                ) -> Tuple[List[Dict[str, Any]], Dict[str, Any], Optional[Dict[str, Any]], Dict[str, Any]]:
+    """(hosts' facts, model facts, vLLM facts, plan request) from one `plan` command line."""
     model_path = model_path or args.model
     model_id = model_id if model_path != args.model else args.model_id
     hosts = hosts_facts_from_args(args)
-    host = hosts[0]
     if len(hosts) > 1 and getattr(args, "command", "plan") != "plan":
         raise UsageError("%s takes one host: give --topo-file once" % args.command)
     model = model_config.model_facts(model_path)
@@ -304,6 +308,8 @@ def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
         "trust_remote_code": args.trust_remote_code, "concurrency": args.concurrency, "input_len": args.input_len,
         "output_len": args.output_len, "speculative_acceptance": args.speculative_acceptance,
     }
+    if getattr(args, "port", None) is not None:
+        request["port"] = args.port
     if args.min_sequences is not None:
         request["min_sequences"] = args.min_sequences
     if args.gpu_memory_gib is not None:
@@ -312,10 +318,73 @@ def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
         request["gpu_memory_bytes"] = int(args.gpu_memory_gib * GIB)
     if not model_id and not args.model_path:
         request["model_path"] = model_path
+    return hosts, model, vllm, request
+
+
+def make_plan(args: argparse.Namespace, model_path: Optional[str] = None,
+              model_id: Optional[str] = None) -> Tuple[contracts.ServingPlan, Dict[str, Any]]:
+    hosts, model, vllm, request = plan_inputs(args, model_path, model_id)
     if len(hosts) > 1:
         names = list(args.node_host) or None
-        return planner_nodes.plan_group(hosts, model, vllm, request, names, args.network_gbps), host
-    return planner.plan(host, model, vllm, request), host
+        return planner_nodes.plan_group(hosts, model, vllm, request, names, args.network_gbps), hosts[0]
+    return planner.plan(hosts[0], model, vllm, request), hosts[0]
+
+
+def _model_segments(argv: Sequence[str]) -> Optional[Tuple[List[str], List[List[str]]]]:
+    """`plan ... --model A [options of A] --model B [options of B]`: (the options before the first
+    --model, each model's own); None for a plan of one model."""
+    starts = [n for n, arg in enumerate(argv) if arg == "--model" or arg.startswith("--model=")]
+    if len(starts) < 2:
+        return None
+    return list(argv[:starts[0]]), [list(argv[a:b]) for a, b in zip(starts, starts[1:] + [len(argv)], strict=True)]
+
+
+def _default_name(args: argparse.Namespace) -> str:
+    import re
+    base = args.name or args.served_model_name or (args.model_id or "").rsplit("/", 1)[-1] or \
+        os.path.basename(os.path.normpath(args.model)).rsplit(".json", 1)[0].rsplit("__", 1)[-1]
+    return re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:63] or "model"
+
+
+def plan_several(argv: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Several models on one host (planner_multi): each --model with the options after it."""
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import planner_multi
+    segments = _model_segments(argv[1:])
+    if segments is None:
+        raise UsageError("plan: several models need --model twice or more")
+    common, per_model = segments
+    items, host, vllm, current = [], {}, None, None
+    for segment in per_model:
+        args = build_parser().parse_args(["plan"] + common + segment)
+        hosts, model, vllm, request = plan_inputs(args)
+        if len(hosts) > 1:
+            raise UsageError("plan: several models go on one host; give its captures once")
+        host = hosts[0]
+        items.append(planner_multi.ModelItem(_default_name(args), model, request))
+        if args.current:
+            state = _read_json(args.current, "host state file")
+            current = dict((name, list((entry.get("plan") or {}).get("gpu_indices") or []))
+                           for name, entry in (state.get("models") or {}).items())
+    return planner_multi.plan_models(host, items, vllm, current), host
+
+
+def render_several(report: Dict[str, Any], host: Dict[str, Any]) -> str:
+    lines = ["%d models on one host: %s" % (len(report["models"]), "fit" if report["fits"] else "DO NOT FIT")]
+    width = max(len(doc["name"]) for doc in report["models"])
+    for doc in report["models"]:
+        perf = doc.get("performance") or {}
+        figures = (" - %.0f tok/s single-stream, %.0f tok/s at full load" % (perf["single_stream_tok_s"], perf["max_output_tok_s"])
+                   if perf else "")
+        lines.append("  %-*s GPUs %-10s %s%s%s" % (
+            width, doc["name"], ",".join(map(str, doc.get("gpus") or [])) or "-", doc.get("layout") or "",
+            " on NUMA node %s" % doc["numa_node"] if doc.get("numa_node") is not None else "", figures))
+        if not doc["fits"]:
+            lines.append("    does not fit: %s" % doc.get("error"))
+    lines.append("why:")
+    lines.extend("  " + reason for reason in report["reasons"])
+    if report.get("error"):
+        lines.append("error: %s" % report["error"])
+    return "\n".join(lines)
 
 
 def compare_models(args: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -590,6 +659,13 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
             report, host = compare_models(args)
             sys.stdout.write((json.dumps(report, indent=2, sort_keys=True) if as_json else render_compare(report, host)) + "\n")
             return EXIT_OK if any(r["fits"] for r in report["ranking"]) else EXIT_DOES_NOT_FIT
+        if args.command == "plan" and _model_segments(argv[1:]) is not None:
+            several, host = plan_several(argv)
+            sys.stdout.write((json.dumps(several, indent=2, sort_keys=True) if as_json else render_several(several, host)) + "\n")
+            if not several["fits"]:
+                sys.stderr.write("llmops-vllm: %s\n" % " ".join(str(several["error"]).split()))
+                return EXIT_DOES_NOT_FIT
+            return EXIT_OK
         result, host = make_plan(args)
         data = result.model_dump()
         sys.stdout.write((json.dumps(data, indent=2, sort_keys=True) if as_json else render_plan(data, host)) + "\n")
