@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_ROLLED_BACK, EXIT_MAY_NOT_SERVE = 0, 1, 2, 3, 4
 # A fleet's exit code is its worst host's.
 SEVERITY = {EXIT_OK: 0, EXIT_REFUSED: 1, EXIT_ROLLED_BACK: 2, EXIT_MAY_NOT_SERVE: 3}
-OUTCOME_EXIT = {"ok": EXIT_OK, "unchanged": EXIT_OK, "refused": EXIT_REFUSED, "rolled_back": EXIT_ROLLED_BACK,
+OUTCOME_EXIT = {"ok": EXIT_OK, "unchanged": EXIT_OK, "would_change": EXIT_OK, "refused": EXIT_REFUSED, "rolled_back": EXIT_ROLLED_BACK,
                 "failed": EXIT_MAY_NOT_SERVE, "unreachable": EXIT_MAY_NOT_SERVE}
 DEFAULT_PLAYBOOK = "llmops.vllm.rollout"
 
@@ -137,9 +137,11 @@ class HostRun:
         if self.failed is None:
             if self.fast_path:
                 return "unchanged"
+            if check:  # a preview: what the rollout would do
+                return "would_change" if status == "ok" or self.diffs else "unchanged"
             if status in ("ok", "unchanged"):
                 return str(status)
-            return "ok" if self.changed and not check else "unchanged"
+            return "ok" if self.changed else "unchanged"
         if check:
             return "refused"
         if status == "rolled_back":
@@ -163,7 +165,7 @@ class HostRun:
         doc: Dict[str, Any] = {
             "outcome": outcome,
             "exit_code": OUTCOME_EXIT[outcome],
-            "changed": outcome == "ok" or (check and (self.changed or bool(self.diffs)) and outcome != "refused"),
+            "changed": outcome in ("ok", "would_change"),
             "fast_path": self.fast_path,
             "old_model": ({"name": before.get("name"), "repo_id": before.get("repo_id"), "commit": before.get("commit")}
                           if before else None),

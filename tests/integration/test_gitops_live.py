@@ -178,14 +178,16 @@ def test_every_line_of_both_pipelines_succeeds(pipelines):
 
 def test_the_pull_request_comment_shows_what_the_merge_would_change(pipelines, checkouts):
     diff = (checkouts["pr"] / "diff.txt").read_text()
-    assert "llmops-1" in diff and "diff: exit 0" in diff
-    assert "+ExecStart=" in diff and "tiny-qwen3" in diff  # the new unit, line by line
+    assert "llmops-1     WOULD_CHANGE" in diff and "diff: exit 0" in diff
+    # the files the merge would change, line by line: the state file would record tiny-qwen3
+    added = [line for line in diff.splitlines() if line.strip().startswith("+")]
+    assert any("tiny-qwen3" in line for line in added), diff
     comments = [post for post in Forge.posts if "/comments" in post["path"] or "/notes" in post["path"]]
     assert [post["path"] for post in comments] == ["/repos/llmops/inference/issues/7/comments",
                                                    "/api/v4/projects/42/merge_requests/7/notes"]
     assert comments[0]["headers"]["Authorization"] == "Bearer gh-token" and comments[1]["headers"]["PRIVATE-TOKEN"] == "gl-token"
     for post in comments:
-        assert post["body"]["body"].startswith("llmops-vllm diff\n```\n") and "+ExecStart=" in post["body"]["body"]
+        assert post["body"]["body"].startswith("llmops-vllm diff\n```\n") and "WOULD_CHANGE" in post["body"]["body"]
     # a diff changes nothing: llmops-1 still serves model A
     state = subprocess.run(["ssh", "-F", str(SANDBOX_DIR / "ssh_config"), "llmops-1", "cat /var/lib/llmops-vllm/state.json"],
                            capture_output=True, text=True, timeout=60, check=True).stdout

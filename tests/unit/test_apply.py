@@ -103,7 +103,7 @@ def test_diff_reports_changes_and_refusals_but_never_a_rollback():
         ev("runner_on_failed", "b", "serve/tasks/gate.yml", msg="odd"),
     ])
     summary = apply.summarize(collector, "diff", "run-1", "2026-12-02T04:00:00+00:00", "/tmp/a", 2, "failed", "")
-    assert summary["hosts"]["a"]["changed"] is True and summary["hosts"]["a"]["outcome"] == "unchanged"
+    assert summary["hosts"]["a"]["changed"] is True and summary["hosts"]["a"]["outcome"] == "would_change"
     assert [d["path"] for d in summary["hosts"]["a"]["diff"]] == ["/etc/systemd/system/vllm-b.service"]  # no attribute diffs
     assert summary["hosts"]["b"]["outcome"] == "refused" and summary["exit_code"] == 2
     assert "+[Unit]" in apply.render_summary(summary)
