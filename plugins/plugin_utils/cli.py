@@ -239,8 +239,18 @@ def inventory_hostvars(path: str) -> Dict[str, Dict[str, Any]]:
 def validate_inventory(args: argparse.Namespace) -> Dict[str, Any]:
     hostvars = inventory_hostvars(args.inventory)
     valid, problems = desired_state.validate_inventory(hostvars, args.variable)
-    return {"hosts": sorted(hostvars), "valid": valid, "problems": problems,
-            "without_model": sorted(set(hostvars) - set(valid) - set(problems))}
+    several: Dict[str, List[Dict[str, Any]]] = {}
+    if args.variable == "vllm_model":  # and the list of several models, vllm_models
+        for host in sorted(hostvars):
+            if "vllm_models" in hostvars[host]:
+                try:
+                    several[host] = desired_state.host_models(hostvars[host], host) or []
+                except contracts.PlanInputError as exc:
+                    problems[host] = str(exc)
+                    valid.pop(host, None)
+    several = dict((host, docs) for host, docs in several.items() if host not in problems)
+    return {"hosts": sorted(hostvars), "valid": valid, "several": several, "problems": problems,
+            "without_model": sorted(set(hostvars) - set(valid) - set(several) - set(problems))}
 
 
 def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
@@ -264,6 +274,10 @@ def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
     plain = dict((host, variables) for host, variables in hostvars.items()
                  if "{{" not in json.dumps(variables.get("vllm_model")) and "__ansible_vault" not in json.dumps(variables.get("vllm_model")))
     _valid, problems = desired_state.validate_inventory(plain, "vllm_model")
+    for host in sorted(host for host, variables in hostvars.items() if "vllm_models" in variables):
+        problems.setdefault(host, "%s: vllm_models (several models on one host) is validated and planned "
+                                  "(llmops-vllm plan --model A --model B) but not rolled out yet; serve one model "
+                                  "with vllm_model" % host)
     if problems:
         raise UsageError("the desired state is not valid, nothing was run: %s" % "; ".join(
             problems[host] for host in sorted(problems)))
@@ -642,6 +656,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                 for host, doc in sorted(report["valid"].items()):
                     sys.stdout.write("ok   %s: %s@%s as %s on port %s\n" % (
                         host, doc["repo_id"], doc["revision"], doc["unit"], doc["port"]))
+                for host, docs in sorted(report["several"].items()):
+                    for doc in docs:
+                        sys.stdout.write("ok   %s: %s@%s as %s on port %s (vllm_models: planned, not yet rolled out)\n" % (
+                            host, doc["repo_id"], doc["revision"], doc["unit"], doc["port"]))
                 for host in report["without_model"]:
                     sys.stdout.write("--   %s: no %s\n" % (host, args.variable))
                 for _host, message in sorted(report["problems"].items()):

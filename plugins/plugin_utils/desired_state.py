@@ -18,6 +18,11 @@ One document per host, the inventory variable ``vllm_model``::
       extra_args: [--seed, "1"]
       env: {NCCL_DEBUG: WARN}
 
+Several models on one host: ``vllm_models``, a list of such documents (``vllm_model`` is a list of one;
+give one of the two). Their names, ports and GPU pins (``plan: {gpus: [...]}``) must differ;
+``llmops-vllm plan --model A --model B`` allocates the GPUs of the ones without a pin. The rollout
+of a set is not built yet: a rollout refuses ``vllm_models`` (roles/rollout/tasks/desired.yml).
+
 Validated before any task runs, with every problem of the document in one readable message.
 Values still holding Jinja (``{{ ... }}``, as `ansible-inventory --list` prints them) are accepted
 here and checked again once Ansible has templated them.
@@ -195,6 +200,57 @@ def validate_model(document: Any, root: str = "vllm_model") -> Dict[str, Any]:
     out = model.model_dump()
     out["unit"] = model.unit
     return out
+
+
+def validate_models(documents: Any, root: str = "vllm_models") -> List[Dict[str, Any]]:
+    """Validate a host's ``vllm_models`` list: each document as ``vllm_model``, then across them -
+    no two with one name, one port, or a GPU in both pins. PlanInputError lists every problem."""
+    if not isinstance(documents, list) or not documents:
+        raise PlanInputError("%s: expected a list of one or more models, each shaped like vllm_model, got %r"
+                             % (root, documents if not isinstance(documents, list) else "[]"))
+    models, problems = [], []
+    for index, document in enumerate(documents):
+        try:
+            models.append((index, validate_model(document, "%s[%d]" % (root, index))))
+        except PlanInputError as exc:
+            problems.append(str(exc))
+    for key in ("name", "port"):
+        seen: Dict[Any, int] = {}
+        for index, model in models:
+            if _templated(model.get(key)):
+                continue
+            if model.get(key) in seen:
+                problems.append("%s[%d].%s: %r is model %d's too; each model needs its own" % (
+                    root, index, key, model.get(key), seen[model[key]]))
+            else:
+                seen[model[key]] = index
+    pinned: Dict[int, int] = {}
+    for index, model in models:
+        gpus = (model.get("plan") or {}).get("gpus")
+        if not isinstance(gpus, list):
+            continue
+        overlap = sorted(gpu for gpu in gpus if gpu in pinned)
+        if overlap:
+            problems.append("%s[%d].plan.gpus: GPUs %s are pinned by model %d too; pins must not overlap" % (
+                root, index, overlap, pinned[overlap[0]]))
+        for gpu in gpus:
+            pinned.setdefault(gpu, index)
+    if problems:
+        raise PlanInputError("; ".join(problems))
+    return [model for _index, model in models]
+
+
+def host_models(variables: Dict[str, Any], where: str = "") -> Optional[List[Dict[str, Any]]]:
+    """The models one host's variables desire, validated: ``vllm_models``, or ``vllm_model`` as a list of
+    one; None when neither is set. Both set is refused (one way to say it)."""
+    prefix = "%s: " % where if where else ""
+    if "vllm_models" in variables and "vllm_model" in variables:
+        raise PlanInputError("%sgive vllm_models (several models) or vllm_model (one), not both" % prefix)
+    if "vllm_models" in variables:
+        return validate_models(variables["vllm_models"], prefix + "vllm_models")
+    if "vllm_model" in variables:
+        return [validate_model(variables["vllm_model"], prefix + "vllm_model")]
+    return None
 
 
 def validate_inventory(hostvars: Dict[str, Dict[str, Any]], variable: str = "vllm_model"

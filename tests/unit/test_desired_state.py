@@ -91,3 +91,50 @@ def test_revision_policy(policy, revision, problem):
     else:
         with pytest.raises(PlanInputError, match=problem.replace("(", r"\(")):
             validate_model(document)
+
+
+# ----------------------------------------------------------------------------- several models: vllm_models
+
+def test_vllm_models_each_validated_and_names_ports_and_pins_distinct():
+    from ansible_collections.llmops.vllm.plugins.plugin_utils.desired_state import host_models, validate_models
+    minimax = {"name": "minimax-m2-5", "repo_id": "MiniMaxAI/MiniMax-M2.5", "port": 8000, "plan": {"gpus": [0, 1, 2, 3]}}
+    qwen = {"name": "qwen3", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "port": 8001, "plan": {"objective": "latency"}}
+    models = validate_models([minimax, qwen])
+    assert [m["unit"] for m in models] == ["vllm-minimax-m2-5.service", "vllm-qwen3.service"]
+    assert host_models({"vllm_models": [minimax, qwen]}) == models
+    assert host_models({"vllm_model": GOOD}) == [validate_model(GOOD)]  # vllm_model: a list of one
+    assert host_models({}) is None
+    with pytest.raises(PlanInputError) as refused:
+        validate_models([minimax, dict(qwen, name="minimax-m2-5", port=8000, plan={"gpus": [3, 4]}),
+                         dict(qwen, name="Bad Name", port=8002)])
+    message = str(refused.value)
+    assert "vllm_models[1].name: 'minimax-m2-5' is model 0's too" in message
+    assert "vllm_models[1].port: 8000 is model 0's too" in message
+    assert "vllm_models[1].plan.gpus: GPUs [3] are pinned by model 0 too" in message
+    assert "vllm_models[2].name" in message  # each document's own problems, all at once
+    with pytest.raises(PlanInputError, match="expected a list of one or more models"):
+        validate_models({"name": "x"})
+    with pytest.raises(PlanInputError, match="each model needs its own"):  # both default to port 8000
+        validate_models([{"name": "a", "repo_id": "o/a"}, {"name": "b", "repo_id": "o/b"}])
+    with pytest.raises(PlanInputError, match="gpu-1: give vllm_models .several models. or vllm_model .one., not both"):
+        host_models({"vllm_models": [minimax], "vllm_model": GOOD}, "gpu-1")
+
+
+def test_cli_validates_vllm_models_and_apply_refuses_them_until_a_set_rolls_out(tmp_path):
+    cli = os.path.join(os.path.dirname(sys.executable), "llmops-vllm")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    gpu-1:\n      vllm_models:\n"
+        "        - {name: minimax-m2-5, repo_id: MiniMaxAI/MiniMax-M2.5, port: 8000}\n"
+        "        - {name: qwen3, repo_id: Qwen/Qwen3-30B-A3B-FP8, port: 8001}\n"
+        "    gpu-2:\n      vllm_models:\n"
+        "        - {name: a, repo_id: o/a}\n        - {name: b, repo_id: o/b}\n")
+    proc = subprocess.run([cli, "validate", "-i", str(inventory), "--json"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert [m["name"] for m in report["several"]["gpu-1"]] == ["minimax-m2-5", "qwen3"]
+    assert "gpu-2: vllm_models[1].port: 8000 is model 0's too" in report["problems"]["gpu-2"]
+    proc = subprocess.run([cli, "apply", "-i", str(inventory), "--limit", "gpu-1", "--artifacts", str(tmp_path / "runs"), "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "not rolled out yet" in json.loads(proc.stdout)["error"]
+    assert not (tmp_path / "runs").exists()
