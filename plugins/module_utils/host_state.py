@@ -13,7 +13,7 @@ Schema 1 of /var/lib/llmops-vllm/state.json::
                          "renewed": iso8601}}   # renewed: optional, the lease counts from it
 
 The lock serialises runs against one host (acquire_lock / renew_lock / release_lock): the run that
-holds it renews its lease at each phase; a lock whose lease ran out is taken over with a warning.
+holds it renews its lease as it goes; a lock whose lease ran out is taken over with a warning.
 
 An entry: name, unit (vllm-<name>.service), repo_id, revision, commit, path, served_model_name, bind,
 port, since (ISO 8601) and plan (PLAN_KEYS); optionally venv, fingerprint and unit_sha1 (ENTRY_OPTIONAL).

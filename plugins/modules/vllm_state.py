@@ -29,7 +29,7 @@ description:
     directory while they read and write it. Run them as root (C(become)), which owns the file.
   - O(action=lock), O(action=renew) and O(action=unlock) manage the host's lock (C(lock) in the file), which
     serialises rollouts against one host - C(playbooks/rollout.yml) and C(llmops-vllm apply) take it after the
-    fast path and release it at the end, renewing its lease at each phase. A second run waits up to O(wait_s)
+    fast path and release it at the end, renewing its lease before the download and the swap. A second run waits up to O(wait_s)
     for it, then fails naming who holds it and since when; a lock whose lease ran out is taken over with a
     warning (its holder died without releasing it).
 author:
