@@ -265,8 +265,8 @@ class Collector:
         res = data.get("res") or {}
         now = self.clock()
         if kind in ("runner_on_start", "runner_on_ok", "runner_on_failed", "runner_item_on_ok"):
-            left = run.enter(phase, now)
-            if left is not None or (kind == "runner_on_start" and len(run.phases) == 0 and run.phase_started == now):
+            if phase != run.phase:
+                left = run.enter(phase, now)
                 if left is not None:
                     self.progress.line("%s %-12s %-9s done in %.0f s" % (self._elapsed(), name, left, run.phases.get(left, 0)))
                 self.progress.line("%s %-12s %-9s ..." % (self._elapsed(), name, phase))
