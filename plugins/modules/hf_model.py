@@ -151,6 +151,12 @@ options:
       - Bytes that must stay free on the target filesystem after the download.
       - Default max(1 GiB, 1% of the bytes still needed) - room for logs, caches and the old model's writes.
     type: int
+  free_bytes:
+    description:
+      - Plan the disk check against this many free bytes instead of asking the target filesystem.
+      - C(llmops-vllm diff --offline) passes what the host's snapshot recorded, so a preview on the
+        controller refuses what the host would refuse.
+    type: int
   max_workers:
     description:
       - Files downloaded (and verified) in parallel.
@@ -289,8 +295,8 @@ bytes_needed:
   type: int
   sample: 110100000000
 free_bytes:
-  description: Free bytes on the target filesystem before this run.
-  returned: when state=present and the version was not complete
+  description: Free bytes on the target filesystem before this run (O(free_bytes) when given).
+  returned: when state=present
   type: int
   sample: 1800000000000
 disk_margin_bytes:
@@ -501,7 +507,7 @@ class HfModel(object):
             corrupt = hub.manifest_rehash(manifest, dest, workers=self.params['max_workers'])
             problems = ['%s: %s' % item for item in sorted(corrupt.items())]
         if not problems:
-            self.result.update(bytes=manifest['bytes'], files=[f['path'] for f in manifest['files']])
+            self.result.update(bytes=manifest['bytes'], files=[f['path'] for f in manifest['files']], free_bytes=self.free(dest))
             self.diff(dest, manifest, manifest)
             self.fix_attributes(dest, [f['path'] for f in manifest['files']])
         else:
@@ -524,7 +530,7 @@ class HfModel(object):
         for path in corrupt:
             verified.pop(path, None)
         plan = hub.plan_fetch(remote, hub.scan_local(dest, remote), verified)
-        free = hub.free_bytes(dest)
+        free = self.free(dest)
         margin = hub.disk_margin(plan['bytes_needed'], self.params['disk_margin_bytes'])
         self.result.update(bytes=plan['bytes_total'], files=[f['path'] for f in remote], fetched=plan['fetch'],
                            bytes_present=plan['bytes_present'], bytes_needed=plan['bytes_needed'], free_bytes=free,
@@ -547,6 +553,10 @@ class HfModel(object):
         if self.module.check_mode:
             return
         self.download(commit, dest, remote, plan, stale, verified, progress_file)
+
+    def free(self, dest):
+        """Free bytes for dest: O(free_bytes) when given (an offline preview), else its filesystem's."""
+        return self.params['free_bytes'] if self.params['free_bytes'] is not None else hub.free_bytes(dest)
 
     def stale_files(self, manifest, remote):
         """Files an earlier manifest of dest listed that the current patterns no longer select."""
@@ -721,6 +731,7 @@ def main():
             group=dict(type='str'),
             mode=dict(type='raw', default='0644'),
             disk_margin_bytes=dict(type='int'),
+            free_bytes=dict(type='int'),
             max_workers=dict(type='int', default=8),
             progress_file=dict(type='path'),
         ),

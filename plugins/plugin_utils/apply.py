@@ -280,11 +280,14 @@ class Collector:
                 run.fast_path = True
                 self.progress.line("%s %-12s %s" % (self._elapsed(), name, _short(res.get("msg", "nothing to do"), 200)))
             diff = res.get("diff")
+            invoked = ((res.get("invocation") or {}).get("module_args") or {}) if isinstance(res.get("invocation"), dict) else {}
             for one in (diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []):
                 # file contents (a unit, the state file); not the attribute changes of file tasks
                 if isinstance(one, dict) and isinstance(one.get("after"), str) and isinstance(one.get("before", ""), str) \
                         and one.get("before", "") != one.get("after"):
-                    run.diffs.append({"task": task, "path": str(one.get("after_header") or one.get("before_header") or ""),
+                    # the file's path: a new file's template names only its temporary source (after_header)
+                    path = one.get("before_header") or invoked.get("dest") or invoked.get("path") or one.get("after_header")
+                    run.diffs.append({"task": task, "path": str(path or ""),
                                       "before": str(one.get("before") or ""), "after": str(one.get("after") or "")})
             for warning in res.get("warnings") or []:
                 run.warnings.append(_short(warning))
@@ -316,6 +319,15 @@ class Collector:
             run.close(now)
             if phase is not None:
                 self.progress.line("%s %-12s %-9s done in %.0f s" % (self._elapsed(), run.name, phase, run.phases.get(phase, 0)))
+
+
+def host_paths(collector: Collector, root: str) -> None:
+    """An offline preview's diffs name the files' host paths, not where under root/<host> it kept them."""
+    for name, run in collector.hosts.items():
+        prefix = os.path.join(root, name)
+        for one in run.diffs:
+            if one["path"].startswith(prefix + "/"):
+                one["path"] = one["path"][len(prefix):]
 
 
 def fleet_exit(codes: List[int]) -> int:
@@ -384,8 +396,10 @@ def _env() -> Dict[str, str]:
 def run_playbook(command: str, inventories: List[str], extra: List[str], limit: Optional[str], lock_timeout: Optional[int],
                  artifacts_root: str, playbook: str = DEFAULT_PLAYBOOK, vault_password_file: Optional[str] = None,
                  verbosity: int = 0, progress_stream: TextIO = sys.stderr, live: Optional[bool] = None,
-                 run_id: Optional[str] = None) -> Dict[str, Any]:
-    """Run the rollout (``diff``: its preview) through ansible-runner; the summary."""
+                 run_id: Optional[str] = None, variables: Optional[Dict[str, Any]] = None,
+                 offline: Optional[Tuple[str, str]] = None) -> Dict[str, Any]:
+    """Run the rollout (``diff``: its preview) through ansible-runner; the summary. ``variables`` go last
+    (they win over every -e); ``offline``: (snapshot directory, the hosts' roots) of ``diff --offline``."""
     import ansible_runner  # the controller's dependency; imported here so that `plan` works without it
 
     run_id = run_id or new_run_id()
@@ -403,6 +417,7 @@ def run_playbook(command: str, inventories: List[str], extra: List[str], limit: 
     if command == "diff":
         ours["rollout_preview"] = True
         cmdline += ["--diff"]
+    ours.update(variables or {})
     cmdline += ["-e", json.dumps(ours, sort_keys=True)]
     if limit:
         cmdline += ["--limit", limit]
@@ -425,14 +440,90 @@ def run_playbook(command: str, inventories: List[str], extra: List[str], limit: 
             tail = handle.read()[-3000:]
     except OSError:
         pass
+    if offline:
+        host_paths(collector, offline[1])
     summary = summarize(collector, command, run_id, started, artifacts, runner.rc if runner.rc is not None else 1,
                         runner.status, tail)
+    if offline:
+        summary["offline"] = os.path.abspath(offline[0])
     path = os.path.join(artifacts, "summary.json")
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2, sort_keys=True)
         handle.write("\n")
     summary["summary_file"] = path
     return summary
+
+
+def take_snapshot(directory: str, inventories: List[str], extra: List[str], limit: Optional[str], artifacts_root: str,
+                  playbook: str = DEFAULT_PLAYBOOK, vault_password_file: Optional[str] = None, verbosity: int = 0,
+                  progress_stream: TextIO = sys.stderr, live: Optional[bool] = None) -> Dict[str, Any]:
+    """``apply --snapshot DIR``: after the rollout, a preview of what the hosts now serve (past the fast
+    path) records what it reads on each host (llmops.vllm.host_read) into DIR/<host>.json, for
+    ``diff --offline DIR``. A host's earlier snapshot is replaced only by a complete new one."""
+    import shutil
+    import tempfile
+
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import snapshot
+
+    os.makedirs(directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".snapshot-", dir=directory)
+    try:
+        preview = run_playbook("diff", inventories, extra, limit, None, artifacts_root, playbook=playbook,
+                               vault_password_file=vault_password_file, verbosity=verbosity,
+                               progress_stream=progress_stream, live=live,
+                               variables={"rollout_force": True, snapshot.RECORD_VAR: os.path.abspath(staging),
+                                          "llmops_vllm_snapshot_collection": collection_version()})
+        taken, failed = [], {}
+        for name, doc in preview["hosts"].items():
+            path = os.path.join(staging, name + ".json")
+            if doc["outcome"] in ("would_change", "unchanged") and os.path.exists(path):
+                os.replace(path, snapshot.path_of(directory, name))
+                taken.append(name)
+            else:
+                failed[name] = doc.get("error") or doc["outcome"]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"dir": directory, "hosts": sorted(taken), "failed": failed, "run_id": preview["run_id"]}
+
+
+def offline_variables(directory: str, root: str) -> Dict[str, Any]:
+    """The variables of ``diff --offline``: every host on the controller, its reads from the snapshot, its
+    files under root/<host>, the full preview (the fast path reads the host itself)."""
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import snapshot
+
+    return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
+            "rollout_force": True, snapshot.REPLAY_VAR: os.path.abspath(directory),
+            "llmops_vllm_root": os.path.join(os.path.abspath(root), "{{ inventory_hostname }}")}
+
+
+def prepare_offline(directory: str, hosts: List[str], root: str) -> None:
+    """Each host's recorded files under root/<host>; a host without a snapshot is bad input."""
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import snapshot
+
+    problems = []
+    for host in hosts:
+        try:
+            snapshot.materialize(snapshot.load(directory, host), os.path.join(root, host))
+        except snapshot.SnapshotError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def collection_version() -> str:
+    """This collection's version: galaxy.yml in a checkout, MANIFEST.json in a built one."""
+    import yaml
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    try:
+        with open(os.path.join(top, "galaxy.yml"), encoding="utf-8") as handle:
+            return str(yaml.safe_load(handle).get("version"))
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(top, "MANIFEST.json"), encoding="utf-8") as handle:
+            return str(json.load(handle)["collection_info"]["version"])
+    except (OSError, ValueError, KeyError):
+        return "unknown"
 
 
 def notify(summary_file: str, inventories: List[str], extra: List[str], vault_password_file: Optional[str] = None,

@@ -176,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="one live progress line (default: when stderr is a terminal)")
         p_run.add_argument("--verbose", "-v", action="count", default=0)
         p_run.add_argument("--json", action="store_true", help="the summary as one JSON object on stdout")
+        if name == "apply":
+            p_run.add_argument("--snapshot", metavar="DIR",
+                               help="then record what each host now serves and what its preview reads (DIR/<host>.json), "
+                                    "for diff --offline DIR (an extra preview run)")
+        else:
+            p_run.add_argument("--offline", metavar="DIR",
+                               help="preview on the controller from the hosts' snapshots in DIR (apply --snapshot DIR): "
+                                    "no connection to any host")
     return parser
 
 
@@ -281,14 +289,56 @@ def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
     if problems:
         raise UsageError("the desired state is not valid, nothing was run: %s" % "; ".join(
             problems[host] for host in sorted(problems)))
-    summary = apply.run_playbook(args.command, args.inventory, args.extra_vars, args.limit, args.lock_timeout,
-                                 args.artifacts, playbook=args.playbook, vault_password_file=args.vault_password_file,
-                                 verbosity=args.verbose, live=args.live)
+    common = dict(playbook=args.playbook, vault_password_file=args.vault_password_file, verbosity=args.verbose, live=args.live)
+    if getattr(args, "offline", None):
+        summary = run_offline(args, overrides, common)
+    else:
+        summary = apply.run_playbook(args.command, args.inventory, args.extra_vars, args.limit, args.lock_timeout,
+                                     args.artifacts, **common)
+    if getattr(args, "snapshot", None) and any(doc["outcome"] != "unreachable" for doc in summary["hosts"].values()):
+        summary["snapshot"] = apply.take_snapshot(args.snapshot, args.inventory, args.extra_vars, args.limit, args.artifacts,
+                                                  **common)
+        for host, why in sorted(summary["snapshot"]["failed"].items()):
+            sys.stderr.write("llmops-vllm: warning: no snapshot of %s was taken (%s)\n" % (host, why))
     if any("llmops_vllm_webhook_url" in variables for variables in hostvars.values()) or "llmops_vllm_webhook_url" in overrides:
         summary["webhook"] = apply.notify(summary["summary_file"], args.inventory, args.extra_vars, args.vault_password_file)
         if not summary["webhook"]["posted"]:
             sys.stderr.write("llmops-vllm: warning: the webhook was not notified (%s)\n" % summary["webhook"]["error"])
     return summary, summary["exit_code"]
+
+
+def play_hosts(inventories: List[str], limit: Optional[str], pattern: str) -> List[str]:
+    """The hosts the rollout's play targets (its hosts pattern, --limit), as ansible-playbook resolves them."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[os.path.abspath(path) for path in inventories])
+    if limit:
+        manager.subset(limit)
+    return sorted(host.name for host in manager.get_hosts(pattern))
+
+
+def run_offline(args: argparse.Namespace, overrides: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Any]:
+    """diff --offline DIR: the preview on the controller, each host's files and reads from its snapshot."""
+    import shutil
+    import tempfile
+
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import apply
+
+    hosts = play_hosts(args.inventory, args.limit, str(overrides.get("rollout_hosts") or "vllm_servers"))
+    if not hosts:
+        raise UsageError("--offline %s: the inventory names no host for the rollout (group vllm_servers, --limit)" % args.offline)
+    root = tempfile.mkdtemp(prefix="llmops-vllm-offline-")
+    try:
+        try:
+            apply.prepare_offline(args.offline, hosts, root)
+        except ValueError as exc:
+            raise UsageError("--offline: %s" % exc)
+        summary = apply.run_playbook("diff", args.inventory, args.extra_vars, args.limit, None, args.artifacts,
+                                     variables=apply.offline_variables(args.offline, root), offline=(args.offline, root), **common)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return summary
 
 
 def _gpu_list(text: str) -> List[int]:

@@ -590,6 +590,12 @@ class DesiredStateResult(_Result):
     check_mode: bool = False
 
 
+class HostReadResult(_Result):
+    """host_read (the action): the result of the module it runs (that module's contract), plus ``files``
+    when it records files."""
+    files: Optional[List[str]] = None
+
+
 class StateEntry(_Result):
     """One model a host serves, as its state file records it (module_utils/host_state.py ENTRY_KEYS)."""
     name: str
@@ -823,6 +829,7 @@ MODULE_CONTRACTS = {
     "vllm_info": VllmInfoResult,
     "serving_plan": ServingPlanResult,
     "desired_state": DesiredStateResult,
+    "host_read": HostReadResult,
     "hf_model": HfModelResult,
     "vllm_ready": VllmReadyResult,
     "benchmark_report": BenchmarkReportResult,

@@ -5,21 +5,27 @@
 as a CI runner runs them (bash, the job's variables, secrets in the environment), in a consumer
 repository (tools/consumer.sh: the built tarball, the CLI from its wheel).
 
-Two checkouts of that repository: a pull request that changes llmops-1's desired model to
-tiny-qwen3 (validate, then diff, whose output both pipelines post as a comment to a local HTTP
-server standing in for the forge's API), and main, whose desired state is what llmops-1 serves after
-the upgrade scenario (apply: the fast path, exit 0, the summary posted to the webhook from Vault).
-Each block is run command by command (backslash continuations joined); a command the other pipeline
-already ran in the same checkout is not run twice.
+Two checkouts of that repository: main, whose desired state is what llmops-1 serves after the
+upgrade scenario (apply: the fast path, exit 0, the summary posted to the webhook from Vault, the
+hosts' snapshot kept as the job's artifact), and a pull request that changes llmops-1's desired
+model to tiny-qwen3 (validate, then diff --offline from main's snapshot, whose output both pipelines
+post as a comment). A local HTTP server stands in for the forge's API: comments, notes, and main's
+artifacts. Main's apply runs first (the merge the pull request follows). Each block is run command
+by command (backslash continuations joined); a command the other pipeline already ran in the same
+checkout is not run twice. Beside them, once main's apply has run, the same pull request's diff runs
+online, against llmops-1 itself: it must say what the offline one said.
 
 Runs in the llmops1 lane after molecule upgrade (tools/run_tests.sh); alone it first brings
 llmops-1 to that state (sandbox/up, then the consumer's apply)."""
 import http.server
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -37,8 +43,38 @@ MODEL_A = yaml.safe_load((ROOT / "examples" / "sandbox-model-a.yml").read_text()
 
 
 class Forge(http.server.BaseHTTPRequestHandler):
-    """The forge's comment API and the webhook: records what is posted."""
+    """The forge's comment API, the webhook (records what is posted) and main's artifacts (the
+    snapshot its apply left, zipped as each forge zips it)."""
     posts: list = []
+    snapshot_dir: Path = Path("/nonexistent")
+    base = ""
+
+    def do_GET(self):  # noqa: N802 - the stdlib's name
+        github = self.path.startswith("/repos/llmops/inference/actions/artifacts?name=llmops-snapshot")
+        if github and self.headers.get("Authorization") == "Bearer gh-token":
+            self.reply(json.dumps({"total_count": 1, "artifacts": [
+                {"name": "llmops-snapshot", "archive_download_url": self.base + "/gh-artifact.zip"}]}).encode(), "application/json")
+        elif self.path == "/gh-artifact.zip" and self.headers.get("Authorization") == "Bearer gh-token":
+            self.reply(self.zipped(""), "application/zip")  # upload-artifact: the files under the path
+        elif self.path == "/api/v4/projects/42/jobs/artifacts/main/download?job=apply" and self.headers.get("JOB-TOKEN") == "job-token":
+            self.reply(self.zipped(".snapshot/"), "application/zip")  # GitLab: the paths as the job had them
+        else:
+            self.send_response(404)
+            self.end_headers()
+
+    def zipped(self, prefix):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for path in sorted(Forge.snapshot_dir.glob("*.json")):
+                archive.write(path, prefix + path.name)
+        return buffer.getvalue()
+
+    def reply(self, body, kind):
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def do_POST(self):  # noqa: N802 - the stdlib's name
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -71,13 +107,14 @@ def forge():
     Forge.posts = []
     server = http.server.HTTPServer(("127.0.0.1", 0), Forge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield "http://127.0.0.1:%d" % server.server_port
+    Forge.base = "http://127.0.0.1:%d" % server.server_port
+    yield Forge.base
     server.shutdown()
 
 
 @pytest.fixture(scope="module")
 def checkouts(nspawn_ok, tmp_path_factory, forge):
-    """The pull request's and main's checkouts of the consumer repository, llmops-1 serving main's state."""
+    """The pull request's and main's checkouts of the consumer repository."""
     run([ROOT / "sandbox" / "up"], timeout=3600)
     run([ROOT / "tools" / "consumer.sh", CONSUMER], timeout=900)
     top = tmp_path_factory.mktemp("gitops")
@@ -98,10 +135,7 @@ def checkouts(nspawn_ok, tmp_path_factory, forge):
         with open(repo / "inventory" / "group_vars" / "all.yml", "a") as handle:
             handle.write("# The outcome webhook, from Vault (tests/integration/test_gitops_live.py)\n" + webhook)
         repos[name] = repo
-    # llmops-1 serves what main desires (after the upgrade scenario it does: the fast path)
-    run(["llmops-vllm", "apply", "-i", "inventory", "--vault-password-file", password], cwd=repos["main"],
-        env=clean_env())
-    Forge.posts = []
+    Forge.snapshot_dir = repos["main"] / ".snapshot"
     return repos
 
 
@@ -120,7 +154,7 @@ def logical_lines(script):
 def github_jobs():
     workflow = yaml.safe_load((GITOPS / "github-actions.yml").read_text())
     env = dict((k, str(v)) for k, v in (workflow.get("env") or {}).items())
-    for name, job in workflow["jobs"].items():
+    for name, job in sorted(workflow["jobs"].items(), key=lambda item: JOB_ORDER.index(item[0])):
         job_env = dict(env, **dict((k, str(v)) for k, v in (job.get("env") or {}).items() if "${{" not in str(v)))
         lines = [line for step in job["steps"] if "run" in step for line in logical_lines(step["run"])]
         yield name, job_env, lines
@@ -130,13 +164,15 @@ def gitlab_jobs():
     pipeline = yaml.safe_load((GITOPS / "gitlab-ci.yml").read_text())
     env = dict((k, str(v)) for k, v in (pipeline.get("variables") or {}).items())
     before = pipeline["default"]["before_script"]
-    for name in ("validate", "diff", "apply"):
+    for name in JOB_ORDER:
         job = pipeline[name]
         assert job["stage"] in pipeline["stages"]
         yield name, env, [line for script in before + job["script"] + job.get("after_script", []) for line in logical_lines(script)]
 
 
 CHECKOUT_OF_JOB = {"validate": "pr", "diff": "pr", "apply": "main"}
+# main's apply first: the pull request's diff reads the snapshot it keeps
+JOB_ORDER = ("apply", "validate", "diff")
 
 
 def ci_secrets(forge):
@@ -145,15 +181,23 @@ def ci_secrets(forge):
         "VAULT_PASSWORD": VAULT_PASSWORD, "LLMOPS_VLLM_WHEEL": str(next((CONSUMER / "dist").glob("*.whl"))),
         "GITHUB_TOKEN": "gh-token", "GITHUB_API_URL": forge, "GITHUB_REPOSITORY": "llmops/inference", "PR_NUMBER": "7",
         "GITLAB_TOKEN": "gl-token", "CI_API_V4_URL": forge + "/api/v4", "CI_PROJECT_ID": "42", "CI_MERGE_REQUEST_IID": "7",
+        "CI_JOB_TOKEN": "job-token", "CI_DEFAULT_BRANCH": "main",
     }
 
 
 @pytest.fixture(scope="module")
 def pipelines(checkouts, forge):
-    """Every pipeline's lines, run; {(pipeline, job): [(line, rc, output)]}."""
-    ran, done = {}, set()
+    """Every pipeline's lines, run: {"lines": {(pipeline, job): [(line, rc, output)]}, "online": the summary
+    of the pull request's diff run online (against llmops-1), started once main's apply has run and
+    run beside the pipelines' other jobs, which only read llmops-1 too."""
+    ran, done, online = {}, set(), None
     for pipeline, jobs in (("github", github_jobs()), ("gitlab", gitlab_jobs())):
         for job, env, lines in jobs:
+            if online is None and job != "apply":
+                online = subprocess.Popen(
+                    ["llmops-vllm", "diff", "-i", "inventory", "--vault-password-file", checkouts["pr"].parent / "vault-password",
+                     "--artifacts", checkouts["pr"].parent / "online-artifacts", "--json"],
+                    cwd=str(checkouts["pr"]), env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             repo = checkouts[CHECKOUT_OF_JOB[job]]
             outcomes = ran.setdefault((pipeline, job), [])
             for line in lines:
@@ -165,12 +209,14 @@ def pipelines(checkouts, forge):
                 outcomes.append((line, proc.returncode, proc.stdout + proc.stderr))
                 if proc.returncode == 0:
                     done.add((line, repo))
-    return ran
+    stdout, stderr = online.communicate(timeout=1800)
+    assert online.returncode == 0, "the online diff: rc %d\n%s\n%s" % (online.returncode, stdout[-4000:], stderr[-4000:])
+    return {"lines": ran, "online": json.loads(stdout)}
 
 
 def test_every_line_of_both_pipelines_succeeds(pipelines):
-    assert set(pipelines) == {(p, j) for p in ("github", "gitlab") for j in ("validate", "diff", "apply")}
-    for (pipeline, job), outcomes in pipelines.items():
+    assert set(pipelines["lines"]) == {(p, j) for p in ("github", "gitlab") for j in ("validate", "diff", "apply")}
+    for (pipeline, job), outcomes in pipelines["lines"].items():
         assert outcomes, (pipeline, job)
         for line, rc, output in outcomes:
             assert rc == 0, "%s %s: %s\n%s" % (pipeline, job, line, output[-4000:])
@@ -199,12 +245,47 @@ def test_the_merge_applies_with_exit_0_and_notifies_the_webhook(pipelines, check
     assert summary["exit_code"] == 0 and summary["hosts"]["llmops-1"]["outcome"] == "unchanged"
     assert summary["webhook"] == {"posted": True, "error": None}
     hooks = [post for post in Forge.posts if post["path"] == "/hooks/" + HOOK_TOKEN]
-    # one diff (the pull request) and one apply (the merge): the pipelines' same commands ran once
-    assert sorted(hook["body"]["command"] for hook in hooks) == ["apply", "diff"]
+    # one apply (the merge) and one offline diff (the pull request): the pipelines' same commands ran
+    # once; and the test's own online diff
+    assert sorted(hook["body"]["command"] for hook in hooks) == ["apply", "diff", "diff"]
     assert [hook["body"]["run_id"] for hook in hooks if hook["body"]["command"] == "apply"] == [summary["run_id"]]
+    assert pipelines["online"]["run_id"] in [hook["body"]["run_id"] for hook in hooks]
     # the runner's artifacts are where the pipelines upload them from, without the webhook's secret
     artifacts = checkouts["main"] / ".llmops-vllm" / "artifacts"
     assert (artifacts / summary["run_id"] / "summary.json").exists()
     for path in artifacts.rglob("*"):
         if path.is_file():
             assert HOOK_TOKEN not in path.read_text(errors="replace"), path
+
+
+def comparable(host):
+    """What a preview says of a host, without what differs from run to run: its timings, and the
+    time of the preview itself in the state file it would write (the new entry's `since`)."""
+    def masked(text):
+        return re.sub(r'("since": )"[^"]*"', r'\1"*"', text)
+    doc = dict((k, v) for k, v in host.items() if k not in ("phases", "timings"))
+    doc["diff"] = [dict(one, before=masked(one["before"]), after=masked(one["after"])) for one in host.get("diff", [])]
+    return doc
+
+
+def test_the_offline_diff_says_what_the_online_diff_says(pipelines, checkouts):
+    """The pull request's diff from main's snapshot (no connection to llmops-1) and the same diff run
+    against llmops-1 itself agree: outcome, models, plan and every file's before and after."""
+    snapshot = json.loads((checkouts["main"] / ".snapshot" / "llmops-1.json").read_text())
+    assert snapshot["format"] == "llmops-vllm-snapshot/1" and snapshot["host"] == "llmops-1"
+    assert "/var/lib/llmops-vllm/state.json" in snapshot["files"]
+    assert "/etc/systemd/system/vllm-tiny-llama.service" in snapshot["files"]
+    modules = set(read["module"] for read in snapshot["reads"].values())
+    assert {"ansible.builtin.setup", "llmops.vllm.gpu_topology_info", "llmops.vllm.vllm_info",
+            "llmops.vllm.vllm_process_info", "llmops.vllm.hf_model"} <= modules
+    assert HOOK_TOKEN not in json.dumps(snapshot) and VAULT_PASSWORD not in json.dumps(snapshot)
+    summaries = [json.loads(path.read_text()) for path in (checkouts["pr"] / ".llmops-vllm" / "artifacts").glob("*/summary.json")]
+    offline = [summary for summary in summaries if summary.get("offline")]
+    assert len(offline) == 1 and offline[0]["exit_code"] == 0, summaries
+    online = pipelines["online"]
+    assert "offline" not in online and online["exit_code"] == 0
+    before, after = comparable(online["hosts"]["llmops-1"]), comparable(offline[0]["hosts"]["llmops-1"])
+    assert after["outcome"] == "would_change" and after["new_model"]["repo_id"] == "llmops-test/tiny-qwen3-chat"
+    assert [one["path"] for one in after["diff"]] == [one["path"] for one in before["diff"]]
+    assert "/etc/systemd/system/vllm-tiny-qwen3.service" in [one["path"] for one in after["diff"]]
+    assert after == before

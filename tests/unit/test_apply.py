@@ -147,3 +147,15 @@ def test_extra_vars_are_read_like_ansible_playbook_reads_them(tmp_path):
         apply.extra_vars_documents(["justaword"])
     with pytest.raises(ValueError, match="expected a mapping"):
         apply.extra_vars_documents(["[1, 2]"])
+
+
+def test_a_new_files_diff_is_named_by_its_destination_and_an_offline_root_is_left_out():
+    collector = run_of([
+        {"event": "runner_on_ok", "event_data": {
+            "host": "a", "task": "The unit", "task_path": COLLECTION + "/roles/serve/tasks/unit.yml:40",
+            "res": {"changed": True, "invocation": {"module_args": {"dest": "/tmp/offline/a/etc/systemd/system/vllm-b.service"}},
+                    "diff": [{"before": "", "after": "[Unit]\n", "after_header": "/root/.ansible/tmp/x/vllm.service.j2"}]}}},
+    ])
+    assert [d["path"] for d in collector.hosts["a"].diffs] == ["/tmp/offline/a/etc/systemd/system/vllm-b.service"]
+    apply.host_paths(collector, "/tmp/offline")
+    assert [d["path"] for d in collector.hosts["a"].diffs] == ["/etc/systemd/system/vllm-b.service"]

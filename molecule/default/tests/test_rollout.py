@@ -188,7 +188,8 @@ def test_the_preview_shows_the_unit_the_rollout_wrote(host, kind):
 
 
 PROBES = ("Probe GPUs, NUMA nodes and links", "Read what the installed vLLM can do", "Read the model's config",
-          "Plan how to serve it on this host", "The weights fit on disk (nothing is downloaded here)", "Who listens on the port",
+          "Plan how to serve it on this host", "The weights fit on disk (nothing is downloaded here)",
+          "Who listens (every TCP listener; the port's are picked below)",
           "What the host serves now (its state file, migrated when an older release wrote it)")
 
 
