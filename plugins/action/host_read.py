@@ -35,6 +35,9 @@ class ActionModule(ActionBase):
             mutually_exclusive=[("module", "files")],
             required_one_of=[("module", "files")],
         )
+        # omit in the nested args dict: ansible-core before 2.19 leaves its placeholder there
+        omitted = task_vars.get("omit")
+        params["args"] = dict((k, v) for k, v in params["args"].items() if not (omitted and v == omitted))
         host = str(task_vars.get("inventory_hostname"))
         record_dir = self._templar.template(task_vars.get(snapshot.RECORD_VAR) or "")
         replay_dir = self._templar.template(task_vars.get(snapshot.REPLAY_VAR) or "")
