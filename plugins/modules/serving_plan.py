@@ -41,7 +41,8 @@ options:
     description:
       - Overrides of the planner's choices. Keys (all optional) - C(model_id), C(model_path),
         C(served_model_name), C(host), C(port), C(device) (auto, cuda, cpu), C(max_model_len),
-        C(tensor_parallel_size), C(data_parallel_size), C(enable_expert_parallel),
+        C(tensor_parallel_size), C(nodes) (the size of a multi-node serving group; only
+        C(llmops-vllm plan) with one C(--topo-file) per host plans groups, so 1 here), C(data_parallel_size), C(enable_expert_parallel),
         C(gpu_memory_utilization), C(kv_cache_dtype), C(gpus) (list of nvidia-smi indices),
         C(gpu_memory_bytes), C(min_sequences) (KV target, default 4), C(weights_bytes),
         C(tool_call_parser), C(reasoning_parser) (a name, or C(none)), C(speculative_config)

