@@ -691,7 +691,7 @@ def plan(host: Union[HostFacts, Dict[str, Any]], model: Union[ModelFacts, Dict[s
         request = parse_facts(PlanRequest, request, "plan request")
     if request.nodes and request.nodes > 1:
         raise PlanInputError("nodes %d: a serving group is planned over its hosts - give each host's facts "
-                             "(llmops-vllm plan with one --topo-file per host, or serving_plan's group)" % request.nodes)
+                             "(llmops-vllm plan with one --topo-file per host)" % request.nodes)
     notes = Notes()
     ctx = resolve(host, model, vllm, request, notes)
     device = request.device

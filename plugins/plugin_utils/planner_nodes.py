@@ -34,8 +34,7 @@ from ansible_collections.llmops.vllm.plugins.plugin_utils.planner import (
     resolve)
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_layouts import draft_kv_layers
 from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import (
-    CPU_MEMORY_FRACTION, CPU_RUNTIME_BYTES, divisibility_problems, gib_text, kv_bytes_per_token_per_gpu,
-    runtime_overhead_bytes, scheduler_defaults)
+    divisibility_problems, gib_text, kv_bytes_per_token_per_gpu, runtime_overhead_bytes, scheduler_defaults)
 
 DEFAULT_NETWORK_GBPS = 100.0  # the inter-host link when the facts do not say: one 100 GbE / HDR100 port
 NETWORK_LATENCY_US = 10.0     # one activation transfer between stages (RDMA-class; TCP is slower)
@@ -74,7 +73,7 @@ def plan_group(hosts: Sequence[Union[HostFacts, Dict[str, Any]]], model: Union[M
         raise PlanInputError("nodes %d: the group lists only %d host(s) (%s)" % (wanted, len(facts), ", ".join(names)))
     alone = plan(facts[0], model, vllm, pins.model_copy(update={"nodes": None}))
     if alone.device == "cpu" and ((wanted or 1) > 1 or wanted is None and not alone.fits and len(facts) > 1):
-        return _plan_cpu_group(facts, names, alone, parse_facts(ModelFacts, model, "model facts"), pins, wanted)
+        return _plan_cpu_group(facts, names, alone, model, vllm, pins, wanted)
     if wanted == 1 or wanted is None and (alone.fits or len(facts) == 1) or alone.device != "cuda":
         alone.nodes = [NodePlan(host=names[0], rank=0, role="head", gpu_indices=alone.gpu_indices, argv=alone.argv,
                                 env=alone.env)]
@@ -195,46 +194,41 @@ def _fill(ctx: Any, result: ServingPlan, hosts: List[HostFacts], names: List[str
     return result
 
 
-def _plan_cpu_group(hosts: List[HostFacts], names: List[str], alone: ServingPlan, model: ModelFacts,
+def _plan_cpu_group(hosts: List[HostFacts], names: List[str], alone: ServingPlan, model: Any, vllm: Any,
                     request: PlanRequest, wanted: Optional[int]) -> ServingPlan:
     """CPU hosts: tensor parallelism across the hosts, one rank per host (pipeline parallelism is broken
-    on vLLM's CPU backend, docs/planner.md). Each host holds 1/N of the weights and its own KV space."""
-    result = alone.model_copy(deep=True)
-    kv = int(alone.env.get("VLLM_CPU_KVCACHE_SPACE", "1")) * (1 << 30)
+    on vLLM's CPU backend, docs/planner.md). Each host holds 1/N of the weights and its own KV space:
+    each size is checked by the single-host CPU planner with 1/N of the weights on the smallest host."""
+    model_facts = parse_facts(ModelFacts, model, "model facts")
     tried: List[str] = []
     for n in ([wanted] if wanted else range(2, len(hosts) + 1)):
-        problems = divisibility_problems(model, n, 1, False)
-        memory = min(h.host.memory_bytes or 0 if h.host else 0 for h in hosts[:n])
-        budget, needed = int(memory * CPU_MEMORY_FRACTION), -(-alone.weights_bytes // n) + kv + CPU_RUNTIME_BYTES
-        if needed > budget:
-            problems.append("each host needs %s of RAM, %s is usable" % (gib_text(needed), gib_text(budget)))
+        smallest = min(hosts[:n], key=lambda h: h.host.memory_bytes or 0 if h.host else 0)
+        share = -(-alone.weights_bytes // n)
+        result = plan(smallest, model, vllm, request.model_copy(update={"nodes": None, "weights_bytes": share}))
+        problems = divisibility_problems(model_facts, n, 1, False) + ([result.error or "does not fit"] if not result.fits else [])
         if problems:
             tried.append("TP=%d over %d hosts: %s" % (n, n, "; ".join(problems)))
             continue
-        reasons = list(alone.reasons)
-        errors = [e for e in (alone.error or "").split("; ") if e and "RAM" not in e]  # RAM: checked per host above
-        reasons.append("%s: tensor parallel across %d CPU hosts, one rank per host (pipeline parallelism fails its "
-                       "first request on vLLM's CPU backend, measured with vllm-cpu 0.32.0); every layer's all-reduce "
-                       "crosses the network" % ("nodes %d pinned" % n if wanted else "%s alone does not hold it"
-                                                % names[0], n))
-        reasons.append("RAM per host: weights %s / %d + KV %d GiB + runtime %s = %s of %s usable" % (
-            gib_text(alone.weights_bytes), n, kv >> 30, gib_text(CPU_RUNTIME_BYTES), gib_text(needed), gib_text(budget)))
-        result.fits, result.error = not errors, "; ".join(errors) or None
+        result.weights_bytes, result.weights_bytes_estimated = alone.weights_bytes, alone.weights_bytes_estimated
+        result.reasons.append("%s: tensor parallel across %d CPU hosts, one rank per host, %s of the weights each "
+                              "(pipeline parallelism fails its first request on vLLM's CPU backend, measured with "
+                              "vllm-cpu 0.32.0); every layer's all-reduce crosses the network" % (
+                                  "nodes %d pinned" % n if wanted else "%s alone does not hold it" % names[0], n,
+                                  gib_text(share)))
         result.layout = "TP=%d (one rank per host)" % n
         result.tensor_parallel_size, result.pipeline_parallel_size, result.data_parallel_size = n, 1, 1
         # The single-host argv with the layout and the launch of vLLM's native multi-node runtime.
-        base = list(alone.argv)
-        at = base.index("--max-model-len") if "--max-model-len" in base else len(base)
-        argv = base[:at] + ["--tensor-parallel-size", str(n)] + base[at:]
+        at = result.argv.index("--max-model-len")
+        argv = result.argv[:at] + ["--tensor-parallel-size", str(n)] + result.argv[at:]
         group = ["--nnodes", str(n), "--master-addr", names[0], "--master-port", str(MASTER_PORT)]
         result.nodes = [NodePlan(host=name, rank=rank, role="head" if rank == 0 else "worker", gpu_indices=[],
                                  argv=argv + group + ["--node-rank", str(rank)] + (["--headless"] if rank else []),
-                                 env=dict(alone.env)) for rank, name in enumerate(names[:n])]
+                                 env=dict(result.env)) for rank, name in enumerate(names[:n])]
         result.argv, result.env = result.nodes[0].argv, result.nodes[0].env
-        reasons.append("launch: vLLM's native multi-node runtime (--nnodes %d --master-addr %s); the head (rank 0) "
-                       "serves the API, the worker(s) run --headless" % (n, names[0]))
-        result.reasons = reasons
+        result.reasons.append("launch: vLLM's native multi-node runtime (--nnodes %d --master-addr %s); the head "
+                              "(rank 0) serves the API, the worker(s) run --headless" % (n, names[0]))
         return result
-    result.fits, result.nodes = False, []
-    result.error = "does not fit on %d CPU host(s) either: %s" % (len(hosts), "; ".join(tried))
-    return result
+    failed = alone.model_copy(deep=True)
+    failed.fits, failed.nodes = False, []
+    failed.error = "does not fit on %d CPU host(s) either: %s" % (len(hosts), "; ".join(tried))
+    return failed
