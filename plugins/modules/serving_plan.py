@@ -51,6 +51,7 @@ options:
         tok/s), C(concurrency), C(input_len), C(output_len) and C(speculative_acceptance) (the load the
         predicted figures are for; see RV(performance)), C(enforce_eager),
         C(trust_remote_code), C(max_num_batched_tokens), C(max_num_seqs), C(cpu_kv_cache_space_gib),
+        C(cpu_threads_bind) (CPU hosts - V(auto), vLLM's own binding; V(nobind); or core lists such as C(0-31)),
         C(extra_args) (list), C(env) (dict).
       - Unknown keys are an error, so a typo cannot silently drop an override.
     type: dict

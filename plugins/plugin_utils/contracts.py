@@ -15,6 +15,7 @@ installed vLLM).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Dict, List, Literal, Optional, Type, TypeVar, Union
 
 try:
@@ -265,6 +266,11 @@ class VllmFacts(_Facts):
     cuda_version: Optional[str] = None
 
 
+# VLLM_CPU_OMP_THREADS_BIND core lists: "0-31", "0,2,4-7", one list per rank separated by "|".
+_CORE_LIST = r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*"
+CORE_LISTS_RE = re.compile(r"^%s(\|%s)*$" % (_CORE_LIST, _CORE_LIST))
+
+
 class PlanRequest(BaseModel):
     """Everything a user may pin; None means "let the planner choose"."""
     model_config = ConfigDict(extra="forbid")
@@ -300,6 +306,9 @@ class PlanRequest(BaseModel):
     max_num_batched_tokens: Optional[int] = Field(default=None, ge=1)
     max_num_seqs: Optional[int] = Field(default=None, ge=1)
     cpu_kv_cache_space_gib: Optional[int] = Field(default=None, ge=1)
+    # CPU hosts: vLLM's VLLM_CPU_OMP_THREADS_BIND - None/auto its own binding (the first cores of a NUMA node),
+    # nobind (the OS schedules the threads), or core lists such as "0-31" ("0-31|32-63" per TP rank).
+    cpu_threads_bind: Optional[str] = None
     extra_args: List[str] = Field(default_factory=list)
     env: Dict[str, str] = Field(default_factory=dict)
 
@@ -308,6 +317,13 @@ class PlanRequest(BaseModel):
     def _kv_dtype(cls, value: str) -> str:
         if value not in KV_CACHE_DTYPES:
             raise ValueError("kv_cache_dtype must be auto, bfloat16, float16 or an fp8 variant (fp8, fp8_e4m3, fp8_e5m2)")
+        return value
+
+    @field_validator("cpu_threads_bind")
+    @classmethod
+    def _cpu_threads_bind(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in ("auto", "nobind") and not CORE_LISTS_RE.match(value):
+            raise ValueError("cpu_threads_bind must be auto, nobind or core lists such as 0-31 (0-31|32-63 per rank), got %r" % value)
         return value
 
     @field_validator("gpus")
@@ -585,9 +601,23 @@ class ServingPlanResult(ServingPlan):
     plan_warnings: List[str] = Field(default_factory=list)
 
 
+class AllocationResult(_Result):
+    """serving_allocation (the action): the host's models planned together (planner_multi.plan_models),
+    the same keys as ``llmops-vllm plan --model A --model B``."""
+    models: List[Dict[str, Any]]
+    fits: bool
+    error: Optional[str] = None
+    free_gpus: List[int] = Field(default_factory=list)
+    reasons: List[str] = Field(default_factory=list)
+    device: str
+    ram_used_bytes: Optional[int] = None
+    ram_budget_bytes: Optional[int] = None
+
+
 class DesiredStateResult(_Result):
     """desired_state (the action): the validated document (plugin_utils/desired_state.py defines it)."""
-    model: Dict[str, Any]
+    model: Optional[Dict[str, Any]] = None
+    models: Optional[List[Dict[str, Any]]] = None
     check_mode: bool = False
 
 
@@ -829,6 +859,7 @@ MODULE_CONTRACTS = {
     "model_info": ModelFacts,
     "vllm_info": VllmInfoResult,
     "serving_plan": ServingPlanResult,
+    "serving_allocation": AllocationResult,
     "desired_state": DesiredStateResult,
     "host_read": HostReadResult,
     "hf_model": HfModelResult,

@@ -267,6 +267,11 @@ def _plan_cpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
         argv.append("--enforce-eager")
     argv += _feature_argv(ctx)
     env = {"VLLM_CPU_KVCACHE_SPACE": str(space_gib)}
+    if request.cpu_threads_bind not in (None, "auto"):
+        env["VLLM_CPU_OMP_THREADS_BIND"] = request.cpu_threads_bind
+        notes.reasons.append("VLLM_CPU_OMP_THREADS_BIND=%s: %s" % (request.cpu_threads_bind, (
+            "the OS schedules vLLM's threads on any core" if request.cpu_threads_bind == "nobind"
+            else "vLLM's threads on these cores only")))
     env.update(request.env)
     return ServingPlan(
         fits=not errors and not ctx.unsupported, device="cpu", layout=layout_label("cpu", 1),

@@ -50,6 +50,24 @@ class ModelItem:
         self.request = request
 
 
+def items_from_documents(models: Sequence[Dict[str, Any]], model_facts: Dict[str, Any],
+                         base_requests: Optional[Dict[str, Dict[str, Any]]] = None) -> List[ModelItem]:
+    """Desired-state documents (``vllm_models``) as the planner's items: each one's plan pins with its hub id and
+    port; ``model_facts`` maps each name to its model facts, ``base_requests`` (optional) each name to the
+    request the pins go onto (the CLI's own options)."""
+    items = []
+    for index, doc in enumerate(models):
+        name = doc.get("name")
+        if not name or name not in model_facts:
+            raise PlanInputError("models[%d] (%s): no model_facts for it; give model_info's result under its name"
+                                 % (index, name or "no name"))
+        request = dict((base_requests or {}).get(name) or {})
+        request.update({k: v for k, v in (doc.get("plan") or {}).items() if v is not None})
+        request.update({k: v for k, v in (("model_id", doc.get("repo_id")), ("port", doc.get("port"))) if v is not None})
+        items.append(ModelItem(str(name), model_facts[name], request))
+    return items
+
+
 def _plan_on(host: HostFacts, item: ModelItem, vllm: Optional[VllmFacts], gpus: Optional[List[int]]) -> ServingPlan:
     request = item.request.model_copy(update={"gpus": gpus}) if gpus is not None else item.request
     return planner.plan(host, item.model, vllm, request)
@@ -237,11 +255,14 @@ def _plan_cpu_models(host: HostFacts, items: Sequence[ModelItem], vllm: Optional
     budget = int(memory * CPU_MEMORY_FRACTION)
     models, used, reasons, failures = [], 0, [], []
     for item in items:
-        plan = planner.plan(host, item.model, vllm, item.request)
+        # vLLM's own binding puts every server's threads on the first cores of the node: a loaded server
+        # there starves the next one's load (measured on the sandbox: no CPU time at all for minutes).
+        bind = item.request.cpu_threads_bind or "nobind"
+        plan = planner.plan(host, item.model, vllm, item.request.model_copy(update={"cpu_threads_bind": bind}))
         space = int(plan.env.get("VLLM_CPU_KVCACHE_SPACE", "0")) * GIB
         need = plan.weights_bytes + space + CPU_RUNTIME_BYTES
         doc = plan.model_dump()
-        doc.update(name=item.name, gpus=[], ram_bytes=need)
+        doc.update(name=item.name, gpus=[], ram_bytes=need, cpu_threads_bind=bind)
         if plan.fits and used + need > budget:
             doc["fits"] = False
             doc["error"] = "needs %s of RAM beside the models before it (%s of %s usable in use)" % (
@@ -254,7 +275,9 @@ def _plan_cpu_models(host: HostFacts, items: Sequence[ModelItem], vllm: Optional
             item.name, gib_text(need), gib_text(plan.weights_bytes), gib_text(space), gib_text(CPU_RUNTIME_BYTES)))
         models.append(doc)
     cores = host.host.cpu_count if host.host else None
-    reasons.append("RAM: %s of %s usable (%s x %.2f); the models share the host's %s cores" % (
-        gib_text(used), gib_text(budget), gib_text(memory), CPU_MEMORY_FRACTION, cores or "unknown number of"))
+    reasons.append("RAM: %s of %s usable (%s x %.2f); the models share the host's %s cores, their threads unbound "
+                   "(VLLM_CPU_OMP_THREADS_BIND=nobind unless pinned): vLLM's own binding would put every server on the "
+                   "same first cores" % (gib_text(used), gib_text(budget), gib_text(memory), CPU_MEMORY_FRACTION,
+                                         cores or "unknown number of"))
     return {"models": models, "fits": not failures, "error": "; ".join(failures) or None, "free_gpus": [],
             "reasons": reasons, "device": "cpu", "ram_used_bytes": used, "ram_budget_bytes": budget}
