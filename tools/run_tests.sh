@@ -8,7 +8,9 @@
 #       Ansible tests again under the oldest ansible-core requires_ansible admits (tools/oldest_ansible.sh);
 #   lane "llmops1" (the main one): the molecule scenario default on both sandbox hosts, then, on
 #       llmops-1, rollback and upgrade - each starting from what the one before leaves - and the
-#       live pytest file of the GitOps pipelines (test_gitops_live.py, on what upgrade leaves);
+#       live pytest files of the GitOps pipelines (test_gitops_live.py, on what upgrade leaves) and of
+#       several models on one host (test_multimodel_live.py: up to three servers on llmops-1, once the
+#       llmops2 lane has mostly ended);
 #   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
 #       (test_benchmark_live.py, test_vllm_install_live.py), then the molecule scenario preflight there.
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints the time table and
@@ -20,7 +22,7 @@ export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_NOCOLOR
 export JUNIT=out/junit LOGS=out/logs
 rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
 LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
-LIVE1="tests/integration/test_gitops_live.py"
+LIVE1="tests/integration/test_gitops_live.py tests/integration/test_multimodel_live.py"
 # Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
 LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight takeover"
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmops.vllm contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller side of llmops.vllm.desired_state: validate a host's vllm_model document."""
+"""Controller side of llmops.vllm.desired_state: validate a host's vllm_model document, or its vllm_models list."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -22,12 +22,16 @@ class ActionModule(ActionBase):
         result: Dict[str, Any] = super().run(tmp, task_vars)
         del tmp
         validation, args = self.validate_argument_spec(argument_spec=dict(
-            model=dict(type='raw', required=True),
-            variable=dict(type='str', default='vllm_model'),
-        ))
+            model=dict(type='raw'),
+            models=dict(type='raw'),
+            variable=dict(type='str'),
+        ), mutually_exclusive=[('model', 'models')], required_one_of=[('model', 'models')])
         del validation
         try:
-            result['model'] = desired_state.validate_model(args['model'], args['variable'])
+            if args['models'] is not None:
+                result['models'] = desired_state.validate_models(args['models'], args['variable'] or 'vllm_models')
+            else:
+                result['model'] = desired_state.validate_model(args['model'], args['variable'] or 'vllm_model')
         except PlanInputError as exc:
             result.update(failed=True, msg="desired state: %s" % exc)
         # The effective check mode of this task: --check, or a play with check_mode (playbooks/plan.yml).

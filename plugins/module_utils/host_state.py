@@ -459,17 +459,19 @@ def file_sha1(path: str) -> Optional[str]:
 
 def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str = DEFAULT_UNIT_DIR,
                        unit_active: Optional[Callable[[str], bool]] = None,
-                       commit_now: Optional[Callable[[Entry], str]] = None) -> Optional[str]:
+                       commit_now: Optional[Callable[[Entry], str]] = None,
+                       alone: bool = True) -> Optional[str]:
     """Why the host is not provably serving what a rollout with `fingerprint` would make of `name`
     (None: it is - the rollout may stop here). Cheap probes first, nothing re-hashed but the unit file:
-    the recorded entry and its fingerprint, the only model served, the unit file's sha1, its venv and
+    the recorded entry and its fingerprint, the only model served (unless not `alone`: several models,
+    each checked on its own), the unit file's sha1, its venv and
     model directory, the unit active, and a branch or tag still naming the recorded commit
     (`commit_now`, one hub request, asked last)."""
     entry = state['models'].get(name)
     if entry is None:
         return 'the host does not serve %s' % name
     others = sorted(set(state['models']) - {name})
-    if others:
+    if others and alone:
         return 'the host also serves %s' % ', '.join(others)
     if not entry.get('fingerprint'):
         return 'its record has no fingerprint (recorded by an older release)'

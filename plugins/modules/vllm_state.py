@@ -86,6 +86,13 @@ options:
   fingerprint:
     description: With O(action=verify), the fingerprint the rollout computed (the filter C(llmops.vllm.fingerprint)).
     type: str
+  alone:
+    description:
+      - With O(action=verify), whether O(name) must be the only model the host serves (one model per host,
+        C(vllm_model)). V(false) - other models beside it do not matter (C(vllm_models) - each model is checked
+        on its own, and the rollout retires the models its list drops).
+    type: bool
+    default: true
   unit_dir:
     description: With O(action=verify), where the unit files are.
     type: path
@@ -419,6 +426,7 @@ class StateFile(object):
         if action == 'verify':
             why = host_state.up_to_date_problem(
                 after, params['name'], params['fingerprint'], params['unit_dir'], unit_active=unit_active,
+                alone=params['alone'],
                 commit_now=lambda entry: hub.resolve_commit_http(params['hub_endpoint'] or None, entry['repo_id'],
                                                                  entry['revision'], params['hub_token'] or None))
             result.update(up_to_date=why is None, why=why or '')
@@ -470,6 +478,7 @@ def main():
             replaces=dict(type='str'),
             name=dict(type='str'),
             fingerprint=dict(type='str'),
+            alone=dict(type='bool', default=True),
             unit_dir=dict(type='path', default=host_state.DEFAULT_UNIT_DIR),
             hub_endpoint=dict(type='str'),
             hub_token=dict(type='str', no_log=True),

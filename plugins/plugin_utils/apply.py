@@ -107,6 +107,8 @@ class HostRun:
         self.phase_started = 0.0
         self.phases: Dict[str, float] = {}
         self.report: Optional[Dict[str, Any]] = None
+        # Several models on one host (vllm_models): each model's report, by name, in the order they ran.
+        self.reports: Dict[str, Dict[str, Any]] = {}
         self.fast_path = False
         self.failed: Optional[Dict[str, Any]] = None
         self.unreachable: Optional[str] = None
@@ -179,6 +181,10 @@ class HostRun:
             "rollback_reason": report.get("error") if outcome == "rolled_back" else None,
             "error": None,
         }
+        if len(self.reports) > 1:
+            doc["models"] = dict((name, {"status": one.get("status"), "commit": one.get("commit"),
+                                         "plan": (one.get("plan") or {}).get("layout"), "error": one.get("error")})
+                                 for name, one in self.reports.items())
         if self.failed is not None:
             doc["error"] = self.failed["msg"]
             doc["failed_task"] = self.failed["task"]
@@ -276,6 +282,7 @@ class Collector:
             facts = res.get("ansible_facts") or {}
             if isinstance(facts.get("rollout_report"), dict):
                 run.report = facts["rollout_report"]
+                run.reports[str((run.report.get("desired") or {}).get("name"))] = run.report
             if task.startswith("Fast path | nothing to do"):
                 run.fast_path = True
                 self.progress.line("%s %-12s %s" % (self._elapsed(), name, _short(res.get("msg", "nothing to do"), 200)))

@@ -131,7 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_plan = sub.add_parser("plan", help="a serving plan for a model on a host")
     _add_plan_options(p_plan)
-    p_plan.add_argument("--model", required=True, help="a model directory (config.json, ...) or a config.json file")
+    p_plan.add_argument("--model", help="a model directory (config.json, ...) or a config.json file")
+    p_plan.add_argument("--models-file", help="several models on one host: a YAML list shaped like vllm_models, or a "
+                                              "host_vars file holding vllm_models; the options given here apply to "
+                                              "every model, each model's plan: pins on top")
+    p_plan.add_argument("--config-dir", help="with --models-file: where each model's config is - DIR/ORG/NAME/config.json, "
+                                             "DIR/ORG/NAME.json or DIR/ORG__NAME.json (default: the file's directory)")
     p_plan.add_argument("--model-id", help="ORG/NAME on the hub (picks parsers between generations, names the model)")
     p_plan.add_argument("--node-host", action="append", default=[],
                         help="with several --topo-file: the address the n-th host is reached at (the head's is vLLM's "
@@ -284,10 +289,13 @@ def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
     plain = dict((host, variables) for host, variables in hostvars.items()
                  if "{{" not in json.dumps(variables.get("vllm_model")) and "__ansible_vault" not in json.dumps(variables.get("vllm_model")))
     _valid, problems = desired_state.validate_inventory(plain, "vllm_model")
-    for host in sorted(host for host, variables in hostvars.items() if "vllm_models" in variables):
-        problems.setdefault(host, "%s: vllm_models (several models on one host) is validated and planned "
-                                  "(llmops-vllm plan --model A --model B) but not rolled out yet; serve one model "
-                                  "with vllm_model" % host)
+    for host in sorted(host for host, variables in plain.items() if "vllm_models" in variables):
+        if "{{" in json.dumps(plain[host]["vllm_models"]) or "__ansible_vault" in json.dumps(plain[host]["vllm_models"]):
+            continue
+        try:
+            desired_state.host_models(plain[host], host)
+        except contracts.PlanInputError as exc:
+            problems.setdefault(host, str(exc))
     if problems:
         raise UsageError("the desired state is not valid, nothing was run: %s" % "; ".join(
             problems[host] for host in sorted(problems)))
@@ -413,6 +421,12 @@ def _default_name(args: argparse.Namespace) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:63] or "model"
 
 
+def _current_gpus(path: str) -> Dict[str, List[int]]:
+    """--current STATE: the GPUs each model in service holds (the host state file, vllm_state)."""
+    state = _read_json(path, "host state file")
+    return dict((name, list((entry.get("plan") or {}).get("gpu_indices") or [])) for name, entry in (state.get("models") or {}).items())
+
+
 def plan_several(argv: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """Several models on one host (planner_multi): each --model with the options after it."""
     from ansible_collections.llmops.vllm.plugins.plugin_utils import planner_multi
@@ -429,10 +443,43 @@ def plan_several(argv: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         host = hosts[0]
         items.append(planner_multi.ModelItem(_default_name(args), model, request))
         if args.current:
-            state = _read_json(args.current, "host state file")
-            current = dict((name, list((entry.get("plan") or {}).get("gpu_indices") or []))
-                           for name, entry in (state.get("models") or {}).items())
+            current = _current_gpus(args.current)
     return planner_multi.plan_models(host, items, vllm, current), host
+
+
+def _config_of(root: str, repo_id: str) -> str:
+    candidates = [os.path.join(root, repo_id, "config.json"), os.path.join(root, repo_id + ".json"),
+                  os.path.join(root, repo_id.replace("/", "__") + ".json")]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise UsageError("--config-dir %s: no config for %s (looked for %s); fetch its config.json there" % (
+        root, repo_id, ", ".join(candidates)))
+
+
+def plan_models_file(args: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """`plan --models-file F`: the models of a vllm_models list planned together, as the rollout of the set does."""
+    import yaml
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import planner_multi
+    if args.model:
+        raise UsageError("plan: give --model (one or several) or --models-file, not both")
+    try:
+        with open(args.models_file) as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError("--models-file %s: %s" % (args.models_file, exc))
+    documents = data.get("vllm_models") if isinstance(data, dict) else data
+    models = desired_state.validate_models(documents, "%s: vllm_models" % args.models_file)
+    root = args.config_dir or os.path.dirname(os.path.abspath(args.models_file))
+    facts, requests, host, vllm = {}, {}, {}, None
+    for doc in models:
+        hosts, facts[doc["name"]], vllm, requests[doc["name"]] = plan_inputs(args, _config_of(root, doc["repo_id"]), doc["repo_id"])
+        if len(hosts) > 1:
+            raise UsageError("plan: several models go on one host; give its captures once")
+        host = hosts[0]
+        requests[doc["name"]]["served_model_name"] = doc["served_model_name"]
+    current = _current_gpus(args.current) if args.current else None
+    return planner_multi.plan_models(host, planner_multi.items_from_documents(models, facts, requests), vllm, current), host
 
 
 def render_several(report: Dict[str, Any], host: Dict[str, Any]) -> str:
@@ -711,7 +758,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                         host, doc["repo_id"], doc["revision"], doc["unit"], doc["port"]))
                 for host, docs in sorted(report["several"].items()):
                     for doc in docs:
-                        sys.stdout.write("ok   %s: %s@%s as %s on port %s (vllm_models: planned, not yet rolled out)\n" % (
+                        sys.stdout.write("ok   %s: %s@%s as %s on port %s (one of its vllm_models)\n" % (
                             host, doc["repo_id"], doc["revision"], doc["unit"], doc["port"]))
                 for host in report["without_model"]:
                     sys.stdout.write("--   %s: no %s\n" % (host, args.variable))
@@ -730,8 +777,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
             report, host = compare_models(args)
             sys.stdout.write((json.dumps(report, indent=2, sort_keys=True) if as_json else render_compare(report, host)) + "\n")
             return EXIT_OK if any(r["fits"] for r in report["ranking"]) else EXIT_DOES_NOT_FIT
-        if args.command == "plan" and _model_segments(argv[1:]) is not None:
-            several, host = plan_several(argv)
+        if args.command == "plan" and not args.model and not args.models_file:
+            raise UsageError("plan: give --model (a model directory or config.json), or --models-file")
+        if args.command == "plan" and (args.models_file or _model_segments(argv[1:]) is not None):
+            several, host = plan_models_file(args) if args.models_file else plan_several(argv)
             sys.stdout.write((json.dumps(several, indent=2, sort_keys=True) if as_json else render_several(several, host)) + "\n")
             if not several["fits"]:
                 sys.stderr.write("llmops-vllm: %s\n" % " ".join(str(several["error"]).split()))

@@ -20,8 +20,8 @@ One document per host, the inventory variable ``vllm_model``::
 
 Several models on one host: ``vllm_models``, a list of such documents (``vllm_model`` is a list of one;
 give one of the two). Their names, ports and GPU pins (``plan: {gpus: [...]}``) must differ;
-``llmops-vllm plan --model A --model B`` allocates the GPUs of the ones without a pin. The rollout
-of a set is not built yet: a rollout refuses ``vllm_models`` (roles/rollout/tasks/desired.yml).
+``llmops-vllm plan --model A --model B`` allocates the GPUs of the ones without a pin, and so does the
+rollout of the set (roles/rollout/tasks/set.yml), which touches only the models that differ.
 
 Validated before any task runs, with every problem of the document in one readable message.
 Values still holding Jinja (``{{ ... }}``, as `ansible-inventory --list` prints them) are accepted

@@ -86,6 +86,25 @@ def test_outcomes_and_exit_codes_of_one_host_each():
     assert summary["refused"]["error"].startswith("does not fit")
 
 
+def test_a_host_with_several_models_lists_each_and_its_last_failure_decides():
+    first = {"status": "ok", "desired": {"name": "a", "repo_id": "o/a"}, "commit": "c" * 40, "plan": {"layout": "cpu"}}
+    second = {"status": "rolled_back", "desired": {"name": "b", "repo_id": "o/b"}, "commit": "d" * 40,
+              "plan": {"layout": "cpu"}, "error": "gate: the server exited"}
+    collector = run_of([
+        ev("runner_on_ok", "gpu-1", "rollout/tasks/report.yml", ansible_facts={"rollout_report": first}),
+        ev("runner_on_failed", "gpu-1", "serve/tasks/gate.yml", msg="the server exited while loading"),
+        ev("runner_on_ok", "gpu-1", "rollout/tasks/report.yml", ansible_facts={"rollout_report": second}),
+        ev("runner_on_failed", "gpu-1", "rollout/tasks/rescue.yml", msg="Rollout of o/b failed - ... Rolled back"),
+        ev("runner_on_ok", "gpu-2", "rollout/tasks/report.yml", ansible_facts={"rollout_report": first}),
+    ])
+    summary = {name: run.summary(check=False) for name, run in collector.hosts.items()}
+    assert (summary["gpu-1"]["outcome"], summary["gpu-1"]["exit_code"]) == ("rolled_back", 3)
+    assert summary["gpu-1"]["models"] == {
+        "a": {"status": "ok", "commit": "c" * 40, "plan": "cpu", "error": None},
+        "b": {"status": "rolled_back", "commit": "d" * 40, "plan": "cpu", "error": "gate: the server exited"}}
+    assert "models" not in summary["gpu-2"]  # one model: the host's own keys say it all
+
+
 def test_a_fleet_exits_with_its_worst_host():
     assert apply.fleet_exit([]) == 0
     assert apply.fleet_exit([0, 2, 0]) == 2

@@ -120,7 +120,7 @@ def test_vllm_models_each_validated_and_names_ports_and_pins_distinct():
         host_models({"vllm_models": [minimax], "vllm_model": GOOD}, "gpu-1")
 
 
-def test_cli_validates_vllm_models_and_apply_refuses_them_until_a_set_rolls_out(tmp_path):
+def test_cli_validates_vllm_models_and_apply_refuses_an_invalid_set_before_running(tmp_path):
     cli = os.path.join(os.path.dirname(sys.executable), "llmops-vllm")
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
@@ -136,5 +136,5 @@ def test_cli_validates_vllm_models_and_apply_refuses_them_until_a_set_rolls_out(
     assert "gpu-2: vllm_models[1].port: 8000 is model 0's too" in report["problems"]["gpu-2"]
     proc = subprocess.run([cli, "apply", "-i", str(inventory), "--limit", "gpu-1", "--artifacts", str(tmp_path / "runs"), "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 1 and "not rolled out yet" in json.loads(proc.stdout)["error"]
+    assert proc.returncode == 1 and "gpu-2: vllm_models[1].port: 8000 is model 0's too" in json.loads(proc.stdout)["error"]
     assert not (tmp_path / "runs").exists()

