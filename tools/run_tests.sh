@@ -112,6 +112,18 @@ for config in molecule/*/molecule.yml; do
   [[ " default $LLMOPS1_SCENARIOS $LLMOPS2_SCENARIOS " == *" $name "* ]] || { echo "molecule/$name is in no lane" >&2; status=1; }
 done
 
+# molecule keeps each scenario's state (created, prepared, ...) in ~/.ansible/tmp/molecule.<checksum of the
+# checkout's directory name>.<scenario>: a killed earlier run of a checkout of the same name would make this
+# run skip a prepare on hosts made from nothing. Every scenario starts from nothing here.
+python3 - "$(basename "$PWD")" molecule/*/molecule.yml <<'PY'
+import shutil, sys
+from pathlib import Path
+from molecule.text import checksum
+for config in sys.argv[2:]:
+    shutil.rmtree(Path.home() / ".ansible" / "tmp" / ("molecule.%s.%s" % (checksum(sys.argv[1], 4), Path(config).parent.name)),
+                  ignore_errors=True)
+PY
+
 lane_names=(static_and_pytest llmops2)
 # The static and pytest lane is not on the critical path (the sandbox lanes are: default, then
 # rollback/upgrade and the live files/preflight/takeover); at a lower CPU priority it takes the cores
