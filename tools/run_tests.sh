@@ -13,6 +13,8 @@
 #       llmops2 lane has mostly ended);
 #   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
 #       (test_benchmark_live.py, test_vllm_install_live.py), then the molecule scenario preflight there.
+# Once both sandbox lanes ended, the live file that needs both hosts at once: a multi-node serving
+# group over llmops-1 and llmops-2 (test_group_live.py).
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints the time table and
 # `N passed, N failed`. A lane's output is printed when it ends; out/logs keeps it.
 # shellcheck disable=SC2317  # the lane functions run in other shells, through start_lane
@@ -23,6 +25,7 @@ export JUNIT=out/junit LOGS=out/logs
 rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
 LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
 LIVE1="tests/integration/test_gitops_live.py tests/integration/test_multimodel_live.py"
+LIVE_BOTH="tests/integration/test_group_live.py"
 # Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
 LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight takeover"
 
@@ -60,7 +63,7 @@ lane_static_and_pytest() {
   run_case static ruff ruff check || rc=1
   run_case static ansible-test-sanity make --no-print-directory sanity || rc=1
   write_suite static
-  for file in $LIVE $LIVE1; do ignore+=("--ignore=$file"); done
+  for file in $LIVE $LIVE1 $LIVE_BOTH; do ignore+=("--ignore=$file"); done
   echo "== pytest (all but the live files)"
   pytest --junitxml="$JUNIT/pytest.xml" "${ignore[@]}" "$@" || rc=1
   echo "== pytest (the unit and localhost Ansible tests under the oldest ansible-core admitted)"
@@ -105,7 +108,7 @@ end_lanes() {
   done
   pids=()
 }
-export LIVE LIVE1 LLMOPS2_SCENARIOS
+export LIVE LIVE1 LIVE_BOTH LLMOPS2_SCENARIOS
 
 for config in molecule/*/molecule.yml; do
   name=$(basename "$(dirname "$config")")
@@ -137,6 +140,9 @@ echo "== pytest (the live files, on llmops-1)" >&2
 # shellcheck disable=SC2086  # LIVE1 is a list of paths without spaces
 pytest --junitxml="$JUNIT/pytest-live1.xml" $LIVE1 "$@" >&2 || status=1
 end_lanes
+echo "== pytest (the live files on both hosts)" >&2
+# shellcheck disable=SC2086  # LIVE_BOTH is a list of paths without spaces
+pytest --junitxml="$JUNIT/pytest-live-both.xml" $LIVE_BOTH "$@" >&2 || status=1
 
 python3 tools/test_summary.py "$JUNIT" || { [ "$status" -ne 0 ] || status=1; }
 exit "$status"

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmops.vllm.plugins.plugin_utils import planner
+from ansible_collections.llmops.vllm.plugins.plugin_utils import planner, planner_nodes
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError, ServingPlanResult
 
 ARGUMENT_SPEC = dict(
@@ -19,7 +19,28 @@ ARGUMENT_SPEC = dict(
     vllm=dict(type='dict'),
     request=dict(type='dict', default={}),
     fail_on_no_fit=dict(type='bool', default=True),
+    group=dict(type='dict', options=dict(
+        topologies=dict(type='list', elements='dict', required=True),
+        names=dict(type='list', elements='str', required=True),
+        rank=dict(type='int', required=True),
+        network_gbps=dict(type='float'),
+    )),
 )
+
+
+def node_view(plan: Any, rank: int, names: list) -> Any:
+    """The group's plan as one node runs it: its argv, env and GPUs at the top (``nodes`` keeps the group)."""
+    if not plan.fits:
+        return plan
+    if rank >= len(plan.nodes):
+        plan.fits = False
+        plan.error = ("%s is not needed: the group's plan (%s) runs on %s; list only those hosts in vllm_model.group, "
+                      "or pin plan: {nodes: N}" % (names[rank], plan.layout, ", ".join(n.host for n in plan.nodes)))
+        return plan
+    node = plan.nodes[rank]
+    plan.argv, plan.env, plan.gpu_indices = list(node.argv), dict(node.env), list(node.gpu_indices)
+    return plan
+
 
 
 class ActionModule(ActionBase):
@@ -33,7 +54,16 @@ class ActionModule(ActionBase):
         del validation
         request = {k: v for k, v in (args['request'] or {}).items() if v is not None}
         try:
-            plan = planner.plan(args['topology'], args['model'], args['vllm'], request)
+            group = args['group']
+            if group:
+                if not 0 <= group['rank'] < len(group['topologies']) or len(group['names']) != len(group['topologies']):
+                    raise PlanInputError("group: rank %d of %d hosts (%d names)" % (
+                        group['rank'], len(group['topologies']), len(group['names'])))
+                plan = node_view(planner_nodes.plan_group(group['topologies'], args['model'], args['vllm'], request,
+                                                          names=group['names'], network_gbps=group['network_gbps']),
+                                 group['rank'], group['names'])
+            else:
+                plan = planner.plan(args['topology'], args['model'], args['vllm'], request)
         except PlanInputError as exc:
             result.update(failed=True, changed=False, msg="serving plan: %s" % exc)
             return result

@@ -41,8 +41,7 @@ options:
     description:
       - Overrides of the planner's choices. Keys (all optional) - C(model_id), C(model_path),
         C(served_model_name), C(host), C(port), C(device) (auto, cuda, cpu), C(max_model_len),
-        C(tensor_parallel_size), C(nodes) (the size of a multi-node serving group; only
-        C(llmops-vllm plan) with one C(--topo-file) per host plans groups, so 1 here), C(data_parallel_size), C(enable_expert_parallel),
+        C(tensor_parallel_size), C(nodes) (the size of a multi-node serving group, with O(group)), C(data_parallel_size), C(enable_expert_parallel),
         C(gpu_memory_utilization), C(kv_cache_dtype), C(gpus) (list of nvidia-smi indices),
         C(gpu_memory_bytes), C(min_sequences) (KV target, default 4), C(weights_bytes),
         C(tool_call_parser), C(reasoning_parser) (a name, or C(none)), C(speculative_config)
@@ -63,6 +62,33 @@ options:
       - With C(false) the whole plan is returned with RV(fits=false) and RV(error).
     type: bool
     default: true
+  group:
+    description:
+      - A multi-node serving group (plugin_utils/planner_nodes.py, docs/planner.md) - the plan of the whole
+        group, seen from one of its hosts - its node's C(argv), C(env) and C(gpu_indices) at the top,
+        RV(nodes) listing every node (rank, role head or worker).
+      - O(topology) is then ignored; the head's facts are the first of O(group.topologies).
+      - A host the group's plan does not need (the model fits on fewer hosts) gets RV(fits=false) with
+        the hosts it needs.
+    type: dict
+    suboptions:
+      topologies:
+        description: The facts of each host of the group, in group order (the first is the head).
+        type: list
+        elements: dict
+        required: true
+      names:
+        description: The address each host is reached at by the others, in the same order (the head's is vLLM's C(--master-addr)).
+        type: list
+        elements: str
+        required: true
+      rank:
+        description: This host's place in O(group.names) (0 is the head).
+        type: int
+        required: true
+      network_gbps:
+        description: The link between the hosts in Gb/s (default 100).
+        type: float
 attributes:
   check_mode:
     description: Can run in check mode and return the same plan.

@@ -17,6 +17,8 @@ One document per host, the inventory variable ``vllm_model``::
                                       # throughput (default) or latency
       extra_args: [--seed, "1"]
       env: {NCCL_DEBUG: WARN}
+      # group: [gpu-a, gpu-b]         # a multi-node serving group: these inventory hosts serve the model
+                                      # together (the first is the head), each with this same document
 
 Several models on one host: ``vllm_models``, a list of such documents (``vllm_model`` is a list of one;
 give one of the two). Their names, ports and GPU pins (``plan: {gpus: [...]}``) must differ;
@@ -69,6 +71,17 @@ class DesiredModel(BaseModel):
     # What `revision` may be: commit (a full sha), tag (a tag or a commit), any; unset - any, with a
     # warning for a branch. Checked here where it can be (commit) and by the preflight against the hub.
     revision_policy: Optional[str] = None
+    # A multi-node serving group: the inventory hosts that serve this model together with vLLM's own
+    # multi-node runtime, the head first (docs/rollout.md, "Multi-node serving groups").
+    group: List[str] = Field(default_factory=list)
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, value: List[str]) -> List[str]:
+        doubles = sorted({h for h in value if value.count(h) > 1})
+        if doubles:
+            raise ValueError("lists %s more than once; each host is one node of the group" % ", ".join(doubles))
+        return value
 
     @field_validator("name")
     @classmethod
@@ -214,6 +227,10 @@ def validate_models(documents: Any, root: str = "vllm_models") -> List[Dict[str,
             models.append((index, validate_model(document, "%s[%d]" % (root, index))))
         except PlanInputError as exc:
             problems.append(str(exc))
+    for index, model in models:
+        if model.get("group"):
+            problems.append("%s[%d].group: a multi-node serving group is the only model of its hosts; give it as "
+                            "vllm_model" % (root, index))
     for key in ("name", "port"):
         seen: Dict[Any, int] = {}
         for index, model in models:
@@ -270,4 +287,30 @@ def validate_inventory(hostvars: Dict[str, Dict[str, Any]], variable: str = "vll
             valid[host] = validate_model(hostvars[host][variable], "%s: %s" % (host, variable))
         except PlanInputError as exc:
             problems[host] = str(exc)
+    for host, problem in group_problems(valid).items():
+        problems[host] = problem
+        valid.pop(host, None)
     return valid, problems
+
+
+def group_problems(valid: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+    """Multi-node serving groups across an inventory's valid documents: each host is in its own
+    ``group``, and every host of a group desires the same model (all but ``bind``)."""
+    def same(document: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: v for k, v in document.items() if k != "bind"}
+    problems: Dict[str, str] = {}
+    for host, document in valid.items():
+        group = document.get("group") or []
+        if not group or any(_templated(h) for h in group):
+            continue
+        if host not in group:
+            problems[host] = "%s: vllm_model.group %s does not list the host itself" % (host, group)
+            continue
+        missing = [h for h in group if h not in valid]
+        differ = [h for h in group if h in valid and same(valid[h]) != same(document)]
+        if missing or differ:
+            problems[host] = "%s: vllm_model.group %s: %s" % (host, group, "; ".join(
+                (["%s has no valid vllm_model" % ", ".join(missing)] if missing else [])
+                + (["%s desire(s) another model; every host of a group needs the same vllm_model (all but bind)"
+                    % ", ".join(differ)] if differ else [])))
+    return problems

@@ -227,6 +227,11 @@ def _plan_cpu_group(hosts: List[HostFacts], names: List[str], alone: ServingPlan
         result.argv, result.env = result.nodes[0].argv, result.nodes[0].env
         result.reasons.append("launch: vLLM's native multi-node runtime (--nnodes %d --master-addr %s); the head "
                               "(rank 0) serves the API, the worker(s) run --headless" % (n, names[0]))
+        if result.env.get("TORCH_COMPILE_DISABLE") != "1":
+            result.warnings.append(
+                "tensor parallel on CPU: vLLM compiles its vocabulary-embedding mask with torch inductor even with "
+                "--enforce-eager, which needs a C++ compiler (g++) on every host; without one the first request fails "
+                "(InvalidCxxCompiler) - install g++ on the hosts, or set env TORCH_COMPILE_DISABLE=1")
         return result
     failed = alone.model_copy(deep=True)
     failed.fits, failed.nodes = False, []

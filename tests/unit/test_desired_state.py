@@ -138,3 +138,24 @@ def test_cli_validates_vllm_models_and_apply_refuses_an_invalid_set_before_runni
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1 and "gpu-2: vllm_models[1].port: 8000 is model 0's too" in json.loads(proc.stdout)["error"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_multi_node_group_is_checked_across_the_inventory():
+    from ansible_collections.llmops.vllm.plugins.plugin_utils.desired_state import validate_models
+    group = dict(GOOD, group=["a", "b"])
+    assert validate_model(group)["group"] == ["a", "b"] and validate_model(GOOD)["group"] == []
+    with pytest.raises(PlanInputError, match=r"vllm_model.group: lists a more than once"):
+        validate_model(dict(GOOD, group=["a", "b", "a"]))
+    with pytest.raises(PlanInputError, match=r"vllm_models\[0\].group: a multi-node serving group is the only model"):
+        validate_models([group])
+    # every host of a group desires the same model (its own bind aside) and lists itself
+    valid, problems = validate_inventory({"a": {"vllm_model": dict(group, bind="10.0.0.1")},
+                                          "b": {"vllm_model": dict(group, bind="10.0.0.2")}})
+    assert sorted(valid) == ["a", "b"] and problems == {}
+    valid, problems = validate_inventory({"a": {"vllm_model": group}, "b": {"vllm_model": dict(group, port=9000)},
+                                          "c": {"vllm_model": group}})
+    assert sorted(problems) == ["a", "b", "c"] and valid == {}
+    assert "b desire(s) another model" in problems["a"] and "a desire(s) another model" in problems["b"]
+    assert "does not list the host itself" in problems["c"]
+    valid, problems = validate_inventory({"a": {"vllm_model": group}})
+    assert "b has no valid vllm_model" in problems["a"]

