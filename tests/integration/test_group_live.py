@@ -17,32 +17,22 @@ benchmark gate and no parser probes. Reports go to a temporary directory.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sandbox_play import STATE_DIR, playbook, run
+
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "sandbox"
 HEAD, WORKER = "llmops-1", "llmops-2"
-BIN = Path(sys.executable).parent
-STATE_DIR = Path(os.environ.get("LLMOPS_SANDBOX_DIR") or REPO / ".sandbox")
-ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-           LLMOPS_SANDBOX_DIR=str(STATE_DIR))
 # A port no other scenario uses. TORCH_COMPILE_DISABLE: the hosts have no C++ compiler, and tensor
 # parallelism on vLLM's CPU backend compiles one function with inductor (docs/planner.md).
 GROUP = {"name": "tiny-group", "repo_id": "llmops-test/tiny-llama-chat", "revision": "v1.0", "port": 8021,
          "group": [HEAD, WORKER], "plan": {"nodes": 2}, "env": {"TORCH_COMPILE_DISABLE": "1"}}
 UNIT = "vllm-tiny-group.service"
-
-
-def run(argv, timeout=900, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
 
 
 def ssh(host: str, command: str) -> str:
@@ -94,12 +84,7 @@ class Inventory:
         (self.root / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump(dict(self.host_vars[host], **extra)))
 
     def playbook(self, play, *extra, timeout=1500):
-        started = time.monotonic()
-        proc = run([BIN / "ansible-playbook", "-i", self.root, REPO / "playbooks" / play,
-                    "-e", json.dumps({"rollout_benchmark": False, "rollout_parser_probes": "never",
-                                      "rollout_report_dir": str(self.root / "reports")}),
-                    *extra], timeout=timeout, env=ENV, cwd=REPO)
-        return proc, round(time.monotonic() - started, 1)
+        return playbook(self.root, play, *extra, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

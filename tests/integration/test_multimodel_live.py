@@ -19,9 +19,6 @@ Reports go to a temporary directory; `make test` tears the sandbox down at its e
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -29,24 +26,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandbox_play import STATE_DIR, playbook, run
 from steady_load import SteadyLoad
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "sandbox"
 HOST = "llmops-1"
-BIN = Path(sys.executable).parent
-STATE_DIR = Path(os.environ.get("LLMOPS_SANDBOX_DIR") or REPO / ".sandbox")
-ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-           LLMOPS_SANDBOX_DIR=str(STATE_DIR))
 # Ports no other scenario uses, so that what the host served before only has to be retired.
 LLAMA = {"name": "mm-llama", "repo_id": "llmops-test/tiny-llama-chat", "revision": "v1.0", "port": 8011}
 QWEN = {"name": "mm-qwen3", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main", "port": 8012}
 QWEN_CHANGED = dict(QWEN, plan={"max_model_len": 1024})
 EXTRA = {"name": "mm-extra", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main", "port": 8013}
-
-
-def run(argv, timeout=900, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
 
 
 def ssh(command: str) -> str:
@@ -92,12 +82,7 @@ class Inventory:
             yaml.safe_dump(dict(self.host_vars, vllm_models=[dict(m) for m in models])))
 
     def playbook(self, play, *extra, timeout=1500):
-        started = time.monotonic()
-        proc = run([BIN / "ansible-playbook", "-i", self.root, REPO / "playbooks" / play,
-                    "-e", json.dumps({"rollout_benchmark": False, "rollout_parser_probes": "never",
-                                      "rollout_report_dir": str(self.root / "reports")}),
-                    *extra], timeout=timeout, env=ENV, cwd=REPO)
-        return proc, round(time.monotonic() - started, 1)
+        return playbook(self.root, play, *extra, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
