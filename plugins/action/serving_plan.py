@@ -42,7 +42,6 @@ def node_view(plan: Any, rank: int, names: list) -> Any:
     return plan
 
 
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
