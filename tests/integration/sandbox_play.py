@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -30,3 +32,28 @@ def playbook(inventory: Path, play: str, *extra: str, timeout: float = 1500) -> 
                                   "rollout_report_dir": str(inventory / "reports")}),
                 *extra], timeout=timeout, env=ENV, cwd=REPO)
     return proc, round(time.monotonic() - started, 1)
+
+
+def sandbox_inventory(root: Path, hosts: Sequence[str], vllm_model: Optional[Dict[str, Any]] = None) -> Dict[str, Dict[str, Any]]:
+    """A copy of inventories/sandbox at root, limited to hosts, with vllm_model for the fleet (None: none;
+    the test then writes each host's host_vars). Returns each host's shipped host_vars, for the test to extend."""
+    source = REPO / "inventories" / "sandbox"
+    (root / "group_vars").mkdir(parents=True)
+    (root / "host_vars").mkdir()
+    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": dict.fromkeys(hosts)}}}}))
+    (root / "group_vars" / "all.yml").write_text((source / "group_vars" / "all.yml").read_text())
+    fleet = yaml.safe_load((source / "group_vars" / "vllm_servers.yml").read_text())
+    fleet.pop("vllm_model")
+    if vllm_model is not None:
+        fleet["vllm_model"] = vllm_model
+    (root / "group_vars" / "vllm_servers.yml").write_text(yaml.safe_dump(fleet))
+    shipped = {host: source / "host_vars" / ("%s.yml" % host) for host in hosts}
+    return {host: yaml.safe_load(path.read_text()) if path.exists() else {} for host, path in shipped.items()}
+
+
+def sandbox_up() -> Dict[str, str]:
+    """sandbox/up (a no-op when the hosts run already); each host's address."""
+    up = run([REPO / "sandbox" / "up"], timeout=3600)
+    assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
+    hosts = json.loads((STATE_DIR / "hosts.json").read_text())["all"]["hosts"]
+    return {name: host["ansible_host"] for name, host in hosts.items()}

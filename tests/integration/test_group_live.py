@@ -23,10 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox_play import STATE_DIR, playbook, run
+from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up
 
-REPO = Path(__file__).resolve().parents[2]
-SANDBOX = REPO / "sandbox"
 HEAD, WORKER = "llmops-1", "llmops-2"
 # A port no other scenario uses. TORCH_COMPILE_DISABLE: the hosts have no C++ compiler, and tensor
 # parallelism on vLLM's CPU backend compiles one function with inductor (docs/planner.md).
@@ -62,19 +60,8 @@ class Inventory:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        source = REPO / "inventories" / "sandbox"
-        (root / "group_vars").mkdir(parents=True)
-        (root / "host_vars").mkdir()
-        (root / "hosts.yml").write_text(yaml.safe_dump(
-            {"all": {"children": {"vllm_servers": {"hosts": {HEAD: None, WORKER: None}}}}}))
-        (root / "group_vars" / "all.yml").write_text((source / "group_vars" / "all.yml").read_text())
-        fleet = yaml.safe_load((source / "group_vars" / "vllm_servers.yml").read_text())
-        fleet["vllm_model"] = GROUP
-        (root / "group_vars" / "vllm_servers.yml").write_text(yaml.safe_dump(fleet))
-        self.host_vars = {}
+        self.host_vars = sandbox_inventory(root, (HEAD, WORKER), GROUP)
         for host in (HEAD, WORKER):
-            own = source / "host_vars" / ("%s.yml" % host)
-            self.host_vars[host] = yaml.safe_load(own.read_text()) if own.exists() else {}
             self.set_host(host)
 
     def state_dir(self, host: str) -> str:
@@ -89,10 +76,7 @@ class Inventory:
 
 @pytest.fixture(scope="session")
 def scenario(nspawn_ok, tmp_path_factory):
-    up = run([SANDBOX / "up"], timeout=3600)
-    assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
-    hosts = json.loads((STATE_DIR / "hosts.json").read_text())["all"]["hosts"]
-    url = "http://%s:%d" % (hosts[HEAD]["ansible_host"], GROUP["port"])
+    url = "http://%s:%d" % (sandbox_up()[HEAD], GROUP["port"])
     inventory = Inventory(tmp_path_factory.mktemp("group") / "inventory")
     out, timings = {"url": url, "reports": inventory.root / "reports", "inventory": inventory}, {}
 
