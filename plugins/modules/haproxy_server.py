@@ -77,6 +77,10 @@ options:
 notes:
   - Check mode reads the server and reports what would change; diff shows the server's state before and after.
   - One runtime API command per connection; the socket needs C(level admin) for C(set server).
+author:
+  - llmops.vllm maintainers (@llmops)
+seealso:
+  - module: llmops.vllm.vllm_soak
 requirements:
   - HAProxy 2.0 or later with a C(stats socket) at O(socket) on the host the task runs on (delegate it there).
 '''

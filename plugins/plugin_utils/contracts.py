@@ -854,6 +854,41 @@ class VllmTakeoverResult(_Result):
     seconds: Optional[float] = None
 
 
+class HaproxyServer(_Result):
+    """One server of an HAProxy backend as haproxy_server reads it."""
+    state: str
+    status: str
+    sessions: int
+    queued: int
+    address: Optional[str] = None
+    port: Optional[int] = None
+
+
+class HaproxyServerResult(_Result):
+    """haproxy_server: the server before and after its change, and who served meanwhile."""
+    before: Optional[HaproxyServer] = None
+    after: Optional[HaproxyServer] = None
+    waited_s: float
+    serving_elsewhere: List[str]
+
+
+class SoakWindow(_Result):
+    """What one server answered during a soak (vllm_soak)."""
+    requests: int
+    errors: int
+    error_rate: Optional[float] = None
+    ttft_p99_s: Optional[float] = None
+    ttft_count: int
+
+
+class VllmSoakResult(_Result):
+    """vllm_soak: the canary's and the baseline's windows, and what missed its threshold."""
+    seconds: Optional[float] = None
+    canary: Optional[SoakWindow] = None
+    baseline: Optional[SoakWindow] = None
+    problems: List[str] = Field(default_factory=list)
+
+
 MODULE_CONTRACTS = {
     "gpu_topology_info": TopologyResult,
     "model_info": ModelFacts,
@@ -870,4 +905,6 @@ MODULE_CONTRACTS = {
     "vllm_venv": VllmVenvResult,
     "vllm_process_info": VllmProcessInfoResult,
     "vllm_takeover": VllmTakeoverResult,
+    "haproxy_server": HaproxyServerResult,
+    "vllm_soak": VllmSoakResult,
 }

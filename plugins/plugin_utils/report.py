@@ -22,6 +22,7 @@ PHASES: Tuple[Tuple[str, str], ...] = (
     ("time_to_ready_s", "load to ready"),
     ("downtime_gap_s", "downtime gap"),
     ("rollback_s", "rollback"),
+    ("out_of_lb_s", "out of the load balancer"),
     ("total_s", "total"),
 )
 
@@ -33,7 +34,8 @@ def phase_timings(marks: Optional[Dict[str, Any]], changed: bool = False, retire
     model gone), downtime gap (retire started -> new model ready), time to ready (the gate's own
     seconds), rollback (retire started -> old model back) and total (started -> now). Download, gap
     and time to ready count only when the run changed what the host serves; retire and gap only when
-    the old model was retired."""
+    the old model was retired. Out of the load balancer: drained -> enabled again (the new model, or the old
+    one after a rollback), when a load balancer drained the host."""
     marks = marks or {}
 
     def mark(name: str) -> Optional[float]:
@@ -42,12 +44,14 @@ def phase_timings(marks: Optional[Dict[str, Any]], changed: bool = False, retire
 
     started, fetched, retire = mark("started"), mark("fetched"), mark("retire_started")
     retired_at, ready, restored = mark("retired"), mark("ready"), mark("restored_ready")
+    drained, enabled = mark("drained"), mark("enabled")
     spans: Dict[str, Optional[float]] = {
         "download_s": fetched - started if changed and fetched is not None and started is not None else None,
         "downtime_gap_s": ready - retire if changed and retired and ready is not None and retire is not None else None,
         "retire_s": retired_at - retire if retired and retired_at is not None and retire is not None else None,
         "time_to_ready_s": float(ready_seconds) if changed and ready_seconds not in (None, "") else None,
         "rollback_s": restored - retire if restored is not None and retire is not None else None,
+        "out_of_lb_s": enabled - drained if drained is not None and enabled is not None else None,
         "total_s": (time.time() if now is None else now) - started if started is not None else None,
     }
     return {key: round(value, 2) for key, value in spans.items() if value is not None}

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from ansible_collections.llmops.vllm.plugins.filter.lb import lb_backend_name, lb_services
+from ansible_collections.llmops.vllm.plugins.module_utils import haproxy
 
 pytestmark = pytest.mark.ansible
 
@@ -110,7 +111,7 @@ class Balancer:
         self.config = tmp_path / "haproxy.cfg"
         self.extra = ["-e", json.dumps({"lb_backend": "haproxy", "lb_haproxy_config": str(self.config), "lb_haproxy_reload": False,
                                         "lb_haproxy_socket": str(self.socket), "lb_haproxy_bind": "127.0.0.1:%d" % self.port,
-                                        "lb_haproxy_check_inter": "200ms", "lb_haproxy_check_rise": 1, "lb_haproxy_check_fall": 1,
+                                        "lb_haproxy_check_inter": "500ms", "lb_haproxy_check_rise": 1, "lb_haproxy_check_fall": 5,
                                         "ansible_python_interpreter": sys.executable})]
         self.inventory = inventory
         self.process = None
@@ -184,7 +185,7 @@ def test_config_routing_drain_and_enable(lb, tmp_path):
     assert up["after"]["status"] == "UP" and not up["changed"], up
     server_task(tmp_path, lb, "up-b", {"backend": "vllm_chat", "server": "b", "state": "ready", "timeout": 20})
     assert lb.complete("other") == "port %d" % lb.backends["c"].server_address[1]
-    chat_ports = {lb.complete() for _request in range(6)}
+    chat_ports = {lb.complete() for _request in range(10)}
     assert chat_ports == {"port %d" % lb.backends[h].server_address[1] for h in ("a", "b")}
 
     # check mode: says what would change, changes nothing
@@ -193,7 +194,8 @@ def test_config_routing_drain_and_enable(lb, tmp_path):
     assert "-state: ready" in preview["_out"] and "+state: drain" in preview["_out"]
 
     # a drain waits for the request in flight, which still gets its answer; then nothing new reaches a
-    lb.backends["a"].delay = lb.backends["b"].delay = 2.0
+    # long enough for ansible-playbook to start and read the server while they are in flight, on a loaded machine too
+    lb.backends["a"].delay = lb.backends["b"].delay = 20.0
     answers = []
     in_flight = [threading.Thread(target=lambda: answers.append(lb.complete())) for _request in range(2)]
     for thread in in_flight:
@@ -222,6 +224,10 @@ def test_config_routing_drain_and_enable(lb, tmp_path):
     lb.backends["a"].server_close()
     down = server_task(tmp_path, lb, "down", {"backend": "vllm_chat", "server": "a", "state": "drain", "timeout": 1})
     assert not down.get("failed"), down
+    deadline = time.monotonic() + 30
+    while not haproxy.servers(str(lb.socket), "vllm_chat")["a"]["status"].startswith("DOWN"):
+        assert time.monotonic() < deadline, "HAProxy did not mark the stopped server down in 30 s"
+        time.sleep(0.2)
     late = server_task(tmp_path, lb, "late", {"backend": "vllm_chat", "server": "a", "state": "ready", "timeout": 2})
     assert late["failed"] and "still waits for health checks to pass" in late["msg"], late
 

@@ -96,3 +96,11 @@ def test_phase_timings_of_a_rollback_and_of_marks_not_reached():
     timings = report.phase_timings(marks, changed=True, retired=True, ready_seconds="", now=1120.0)
     assert timings == {"download_s": 12.5, "retire_s": 1.25, "rollback_s": 90.0, "total_s": 120.0}
     assert report.phase_timings({}, changed=True, retired=True) == {}
+
+
+def test_phase_timings_out_of_the_load_balancer():
+    marks = dict(MARKS, drained="1019.5", enabled=1060.0)
+    timings = report.phase_timings(marks, changed=True, retired=True, ready_seconds=33.3, now=1070.0)
+    assert timings["out_of_lb_s"] == 40.5
+    assert "out_of_lb_s" not in report.phase_timings(dict(MARKS, drained=1019.5), changed=True, retired=True)
+    assert ("out of the load balancer", 40.5) in report.phases(timings)
