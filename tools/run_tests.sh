@@ -14,7 +14,8 @@
 #   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
 #       (test_benchmark_live.py, test_vllm_install_live.py), then the molecule scenario preflight there.
 # Once both sandbox lanes ended, the live file that needs both hosts at once: a multi-node serving
-# group over llmops-1 and llmops-2 (test_group_live.py).
+# group over llmops-1 and llmops-2 (test_group_live.py). The fleet of three hosts behind HAProxy
+# (test_fleet_live.py) is `make test-fleet`, outside this run: it takes longer than the whole CI budget.
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints the time table and
 # `N passed, N failed`. A lane's output is printed when it ends; out/logs keeps it.
 # shellcheck disable=SC2317  # the lane functions run in other shells, through start_lane
@@ -26,6 +27,8 @@ rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
 LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
 LIVE1="tests/integration/test_gitops_live.py tests/integration/test_multimodel_live.py"
 LIVE_BOTH="tests/integration/test_group_live.py"
+# Not always-on: the fleet of three hosts behind HAProxy takes 30 minutes and more here (make test-fleet).
+LIVE_FLEET="tests/integration/test_fleet_live.py"
 # Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
 LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight takeover"
 
@@ -63,7 +66,7 @@ lane_static_and_pytest() {
   run_case static ruff ruff check || rc=1
   run_case static ansible-test-sanity make --no-print-directory sanity || rc=1
   write_suite static
-  for file in $LIVE $LIVE1 $LIVE_BOTH; do ignore+=("--ignore=$file"); done
+  for file in $LIVE $LIVE1 $LIVE_BOTH $LIVE_FLEET; do ignore+=("--ignore=$file"); done
   echo "== pytest (all but the live files)"
   pytest --junitxml="$JUNIT/pytest.xml" "${ignore[@]}" "$@" || rc=1
   echo "== pytest (the unit and localhost Ansible tests under the oldest ansible-core admitted)"
@@ -108,7 +111,10 @@ end_lanes() {
   done
   pids=()
 }
-export LIVE LIVE1 LIVE_BOTH LLMOPS2_SCENARIOS
+export LIVE LIVE1 LIVE_BOTH LIVE_FLEET LLMOPS2_SCENARIOS
+
+# The controller's tools the tests use beside Python (HAProxy, promtool; sandbox/up installs the same ones).
+python3 sandbox/hosts.py tools >&2 || status=1
 
 for config in molecule/*/molecule.yml; do
   name=$(basename "$(dirname "$config")")

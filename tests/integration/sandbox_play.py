@@ -51,9 +51,9 @@ def sandbox_inventory(root: Path, hosts: Sequence[str], vllm_model: Optional[Dic
     return {host: yaml.safe_load(path.read_text()) if path.exists() else {} for host, path in shipped.items()}
 
 
-def sandbox_up() -> Dict[str, str]:
-    """sandbox/up (a no-op when the hosts run already); each host's address."""
-    up = run([REPO / "sandbox" / "up"], timeout=3600)
+def sandbox_up(count: int = 2) -> Dict[str, str]:
+    """sandbox/up with count hosts (a no-op for the hosts that run already); each host's address."""
+    up = run([REPO / "sandbox" / "up"], timeout=3600, env=dict(ENV, LLMOPS_SANDBOX_HOSTS=str(count)))
     assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
     hosts = json.loads((STATE_DIR / "hosts.json").read_text())["all"]["hosts"]
     return {name: host["ansible_host"] for name, host in hosts.items()}

@@ -63,9 +63,10 @@ class SteadyLoad(threading.Thread):
             worker.join(self.timeout + 5)
         return self.summary()
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self, since: Optional[float] = None, until: Optional[float] = None) -> Dict[str, Any]:
+        """Of the requests started in [since, until) (time.monotonic(); None - no bound)."""
         with self.lock:
-            results = list(self.results)
+            results = [r for r in self.results if (since is None or r[0] >= since) and (until is None or r[0] < until)]
         latencies = sorted(seconds for _start, seconds, error in results if error is None)
 
         def quantile(q: float) -> Optional[float]:
