@@ -56,7 +56,7 @@ class Fleet:
         everyone.update({"lb_backend": "haproxy", "lb_host": "localhost", "lb_haproxy_config": str(self.config),
                          "lb_haproxy_socket": str(self.socket), "lb_haproxy_bind": "127.0.0.1:%d" % self.lb_port,
                          "lb_haproxy_reload": False, "lb_haproxy_check_inter": "1s", "lb_haproxy_check_rise": 2,
-                         "lb_haproxy_check_fall": 1, "lb_ready_timeout": 60, "lb_drain_timeout": 120,
+                         "lb_haproxy_check_fall": 3, "lb_ready_timeout": 60, "lb_drain_timeout": 120,
                          # Two shared cores swing latency widely: a canary that had just loaded showed a TTFT p99
                          # 3.3 times its warm baseline's. The sandbox's soak is wide (like its benchmark gate's ratio).
                          "rollout_soak_max_ttft_p99_ratio": 20})
