@@ -243,3 +243,13 @@ def test_unreachable_socket_is_a_clear_error(tmp_path):
         socket = tmp_path / "none.sock"
     result = server_task(tmp_path, Nowhere, "nowhere", {"backend": "vllm_chat", "server": "a", "state": "drain"})
     assert result["failed"] and "cannot reach HAProxy's runtime API at %s" % Nowhere.socket in result["msg"]
+
+
+def test_health_checks_on_another_path(lb):
+    """Servers behind an API key: /health, which wants status 200 (a configuration haproxy -c accepts)."""
+    lb.extra += ["-e", "lb_haproxy_check_uri=/health"]
+    rendered = lb.render()
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    text = lb.config.read_text()
+    assert "http-check send meth GET uri /health" in text and "http-check expect status 200" in text
+    assert '"id"' not in text
