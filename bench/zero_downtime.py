@@ -4,7 +4,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What clients see during "retire A, roll out B": a fleet behind HAProxy against one host without a load balancer.
 
-    .venv/bin/python bench/zero_downtime.py [--rate 1] [--max-tokens 8] [--settle 20] [--json FILE]
+    .venv/bin/python bench/zero_downtime.py [--case all|fleet|stop-start] [--rate 1] [--max-tokens 8] [--settle 20] [--json FILE]
 
 1. Fleet: three sandbox hosts serve A behind a real HAProxy on the controller (tests/integration/fleet_scenario.py,
    the same as the live fleet test); a steady load of --rate completions/s (--max-tokens) goes through HAProxy for
@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from fleet_scenario import HOSTS, SERVED, Fleet  # noqa: E402
+from fleet_scenario import HOSTS, MODELS, PORT, SERVED, Fleet  # noqa: E402
 from steady_load import SteadyLoad  # noqa: E402
 
 
@@ -52,62 +52,82 @@ def downtime_gap(results):
     return round(min(after) - max(before), 1)
 
 
+def fleet_case(fleet, args):
+    """Three hosts behind HAProxy serve A; A -> B with a canary under the steady load."""
+    fleet.start_haproxy()
+    proc, _seconds = fleet.playbook("rollout.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    fleet.wait_all_up()
+
+    print("== fleet: %s behind HAProxy, A -> B with a canary, %.1f requests/s" % (", ".join(HOSTS), args.rate), flush=True)
+    load = SteadyLoad(fleet.url, SERVED, rate=args.rate, max_tokens=args.max_tokens, timeout=60.0)
+    load.start()
+    time.sleep(args.settle)
+    fleet.set_model("b")
+    begin = time.monotonic()
+    proc, rollout_s = fleet.playbook("rollout.yml", "-e", json.dumps({"rollout_canary": 1, "rollout_soak_seconds": 15}))
+    end = time.monotonic()
+    time.sleep(args.settle)
+    load.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    windows = {"before": load.summary(None, begin), "during": load.summary(begin, end), "after": load.summary(end, None)}
+    total = load.summary()
+    for label, summary in windows.items():
+        print(line(label, summary))
+    print(line("all", total))
+    out_of_lb = {host: timings.get("out_of_lb_s") for host, timings in fleet.timings()}
+    print("out of the load balancer: " + ", ".join("%s %s s" % item for item in out_of_lb.items()))
+    print("rollout A -> B in all: %s s" % rollout_s)
+    fleet.stop_haproxy()
+    return {"windows": windows, "all": total, "out_of_lb_s": out_of_lb, "rollout_s": rollout_s}
+
+
+def stop_start_case(fleet, args):
+    """llmops-3 alone, no load balancer: what it serves -> the other model, the load sent to the host itself."""
+    host = HOSTS[2]
+    if fleet.serving(host) is None:  # the stop-start case alone: the host serves A first
+        fleet.set_model("a")
+        proc, _seconds = fleet.playbook("rollout.yml", "--limit", host, "-e", "lb_backend=none")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    key = "a" if fleet.serving(host) == MODELS["b"]["name"] else "b"
+    print("== stop-start: %s alone, no load balancer, -> %s" % (host, MODELS[key]["name"]), flush=True)
+    direct = SteadyLoad("http://%s:%d" % (fleet.addresses[host], PORT), SERVED, rate=args.rate, max_tokens=args.max_tokens,
+                        timeout=60.0)
+    direct.start()
+    time.sleep(5)
+    fleet.set_model(key)
+    proc, swap_s = fleet.playbook("rollout.yml", "--limit", host, "-e", "lb_backend=none")
+    time.sleep(5)
+    direct.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    with direct.lock:
+        gap = downtime_gap(direct.results)
+    timings = fleet.report(host).get("timings", {})
+    load_s = timings.get("time_to_ready_s")
+    print(line("direct", direct.summary()))
+    print("clients' downtime gap %s s, the report's %s s, load time %s s, retire %s s: gap - load = %s s (goal <= 5 s: %s)"
+          % (gap, timings.get("downtime_gap_s"), load_s, timings.get("retire_s"),
+             round(gap - load_s, 1) if gap is not None and load_s else None,
+             "met" if gap is not None and load_s and gap - load_s <= 5 else "NOT met"))
+    return {"client_gap_s": gap, "report": timings, "swap_s": swap_s, "load": direct.summary()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--rate", type=float, default=1.0)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--case", choices=("all", "fleet", "stop-start"), default="all",
+                        help="fleet: the three hosts behind HAProxy; stop-start: one host alone (default: both)")
     args = parser.parse_args()
     out = {}
     fleet = Fleet(Path(tempfile.mkdtemp(prefix="zero-downtime-")))
     try:
-        fleet.start_haproxy()
-        proc, seconds = fleet.playbook("rollout.yml")
-        assert proc.returncode == 0, proc.stdout[-3000:]
-        fleet.wait_all_up()
-
-        print("== fleet: %s behind HAProxy, A -> B with a canary, %.1f requests/s" % (", ".join(HOSTS), args.rate), flush=True)
-        load = SteadyLoad(fleet.url, SERVED, rate=args.rate, max_tokens=args.max_tokens, timeout=60.0)
-        load.start()
-        time.sleep(args.settle)
-        fleet.set_model("b")
-        begin = time.monotonic()
-        proc, rollout_s = fleet.playbook("rollout.yml", "-e", json.dumps({"rollout_canary": 1, "rollout_soak_seconds": 15}))
-        end = time.monotonic()
-        time.sleep(args.settle)
-        load.stop()
-        assert proc.returncode == 0, proc.stdout[-3000:]
-        windows = {"before": load.summary(None, begin), "during": load.summary(begin, end), "after": load.summary(end, None)}
-        total = load.summary()
-        for label, summary in windows.items():
-            print(line(label, summary))
-        print(line("all", total))
-        out_of_lb = {host: timings.get("out_of_lb_s") for host, timings in fleet.timings()}
-        print("out of the load balancer: " + ", ".join("%s %s s" % item for item in out_of_lb.items()))
-        print("rollout A -> B in all: %s s" % rollout_s)
-        out["fleet"] = {"windows": windows, "all": total, "out_of_lb_s": out_of_lb, "rollout_s": rollout_s}
-        fleet.stop_haproxy()
-
-        host = HOSTS[2]
-        print("== stop-start: %s alone, no load balancer, B -> A" % host, flush=True)
-        direct = SteadyLoad("http://%s:%d" % (fleet.addresses[host], 8031), SERVED, rate=args.rate, max_tokens=args.max_tokens, timeout=60.0)
-        direct.start()
-        time.sleep(5)
-        fleet.set_model("a")
-        proc, swap_s = fleet.playbook("rollout.yml", "--limit", host, "-e", "lb_backend=none")
-        time.sleep(5)
-        direct.stop()
-        assert proc.returncode == 0, proc.stdout[-3000:]
-        with direct.lock:
-            gap = downtime_gap(direct.results)
-        timings = fleet.report(host).get("timings", {})
-        load_s = timings.get("time_to_ready_s")
-        print(line("direct", direct.summary()))
-        print("clients' downtime gap %s s, the report's %s s, load time %s s: gap - load = %s s (goal <= 5 s: %s)"
-              % (gap, timings.get("downtime_gap_s"), load_s, round(gap - load_s, 1) if gap is not None and load_s else None,
-                 "met" if gap is not None and load_s and gap - load_s <= 5 else "NOT met"))
-        out["stop_start"] = {"client_gap_s": gap, "report": timings, "swap_s": swap_s, "load": direct.summary()}
+        if args.case in ("all", "fleet"):
+            out["fleet"] = fleet_case(fleet, args)
+        if args.case in ("all", "stop-start"):
+            out["stop_start"] = stop_start_case(fleet, args)
     finally:
         fleet.stop_haproxy()
         fleet.retire_all()

@@ -29,6 +29,12 @@ def host_models(hostvars: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return list(models)
 
 
+def lb_address(hostvars: Mapping[str, Any], host: str) -> str:
+    """Where the load balancer (and a soak's baseline) reaches a host: its lb_address, else ansible_host, else its
+    inventory name; ``hostvars`` are that host's own variables."""
+    return str(hostvars.get("lb_address") or hostvars.get("ansible_host") or host)
+
+
 def lb_services(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str]) -> List[Dict[str, Any]]:
     """[{name (served model name), backend, servers: [{name (host), address, port}]}], sorted by name.
 
@@ -37,7 +43,7 @@ def lb_services(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str])
     services: Dict[str, List[Dict[str, Any]]] = {}
     for host in hosts:
         hv = hostvars[host]
-        address = hv.get("lb_address") or hv.get("ansible_host") or host
+        address = lb_address(hv, host)
         for model in host_models(hv):
             group = model.get("group") or []
             if group and group[0] != host:
@@ -49,4 +55,4 @@ def lb_services(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str])
 
 class FilterModule(object):
     def filters(self) -> Dict[str, Callable[..., Any]]:
-        return {"lb_backend_name": lb_backend_name, "lb_services": lb_services}
+        return {"lb_address": lb_address, "lb_backend_name": lb_backend_name, "lb_services": lb_services}

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.llmops.vllm.plugins.filter.lb import lb_backend_name, lb_services
+from ansible_collections.llmops.vllm.plugins.filter.lb import lb_address, lb_backend_name, lb_services
 from ansible_collections.llmops.vllm.plugins.module_utils import haproxy
 
 pytestmark = pytest.mark.ansible
@@ -166,6 +166,9 @@ def test_services_from_the_inventory():
         {"name": "g", "backend": "vllm_g", "servers": [{"name": "h5", "address": "h5", "port": 9000}]},
     ]
     assert lb_backend_name("meta-llama/Llama 3") == "vllm_meta-llama_Llama_3"
+    # the soak's baseline and the rollout's own address come from the same rule as the servers above
+    assert [lb_address(hostvars[h], h) for h in ("h1", "h2", "h3")] == ["10.0.0.1", "10.0.0.2", "h3"]
+    assert lb_address({"lb_address": "10.0.0.9", "ansible_host": "10.0.0.1"}, "h9") == "10.0.0.9"
 
 
 def test_config_routing_drain_and_enable(lb, tmp_path):
