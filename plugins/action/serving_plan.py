@@ -11,7 +11,8 @@ from typing import Any, Dict, Optional
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmops.vllm.plugins.plugin_utils import planner, planner_nodes
-from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError, ServingPlanResult
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_swap import SWAPS, decide_swap
+from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import PlanInputError, ServingPlan, ServingPlanResult
 
 ARGUMENT_SPEC = dict(
     topology=dict(type='dict', required=True),
@@ -19,6 +20,9 @@ ARGUMENT_SPEC = dict(
     vllm=dict(type='dict'),
     request=dict(type='dict', default={}),
     fail_on_no_fit=dict(type='bool', default=True),
+    swap=dict(type='str', choices=list(SWAPS)),
+    name=dict(type='str', default=''),
+    current=dict(type='dict', default={}),
     group=dict(type='dict', options=dict(
         topologies=dict(type='list', elements='dict', required=True),
         names=dict(type='list', elements='str', required=True),
@@ -52,6 +56,7 @@ class ActionModule(ActionBase):
         validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         del validation
         request = {k: v for k, v in (args['request'] or {}).items() if v is not None}
+        decision: Dict[str, Any] = {}
         try:
             group = args['group']
             if group:
@@ -61,6 +66,12 @@ class ActionModule(ActionBase):
                 plan = node_view(planner_nodes.plan_group(group['topologies'], args['model'], args['vllm'], request,
                                                           names=group['names'], network_gbps=group['network_gbps']),
                                  group['rank'], group['names'])
+            elif args['swap']:
+                if args['group']:
+                    raise PlanInputError("swap: a multi-node group restarts as one; it takes no swap")
+                decision = decide_swap(args['topology'], args['model'], args['vllm'], request, args['current'],
+                                       swap=args['swap'], name=args['name'])
+                plan = ServingPlan(**decision["plan"])
             else:
                 plan = planner.plan(args['topology'], args['model'], args['vllm'], request)
         except PlanInputError as exc:
@@ -73,6 +84,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, changed=False, fits=False, layout=plan.layout, error=plan.error,
                           msg="serving plan: %s" % plan.error)
             return result
-        result.update(ServingPlanResult(plan_warnings=list(plan.warnings), **plan.model_dump()).model_dump())
+        swap = {'swap': decision['swap'], 'swap_why': decision['why']} if args['swap'] and not args['group'] else {}
+        result.update(ServingPlanResult(plan_warnings=list(plan.warnings), **plan.model_dump(), **swap).model_dump())
         result['changed'] = False
         return result

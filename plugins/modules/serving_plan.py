@@ -62,6 +62,29 @@ options:
       - With C(false) the whole plan is returned with RV(fits=false) and RV(error).
     type: bool
     default: true
+  swap:
+    description:
+      - Also decide how the model replaces the one serving now (plugin_utils/planner_swap.py, docs/rollout.md
+        "Blue/green") - C(bluegreen) (it starts beside O(current), which keeps serving until it passed) or
+        C(stop-start) - in RV(swap), with RV(swap_why).
+      - C(auto) lets the planner decide - blue/green when the model fits beside O(current) (its GPUs
+        reserved; on a CPU host, the RAM its unit uses), stop-start otherwise or when the two share a name.
+      - C(bluegreen) forces it - the task fails, before anything stops, when the model does not fit beside
+        O(current). C(stop-start) forces stop-start.
+      - The plan returned is the chosen strategy's - beside O(current) for blue/green, on the whole host otherwise.
+      - Omitted - no decision, the plan on the whole host.
+    type: str
+    choices: [auto, bluegreen, stop-start]
+  name:
+    description: With O(swap) - the model's name (its unit's); the same name as O(current) is a restart of one unit.
+    type: str
+    default: ''
+  current:
+    description:
+      - With O(swap) - what serves now - C(name), C(gpu_indices) (the GPUs it holds) and, on a CPU host,
+        C(memory_bytes) (the RAM its unit uses, e.g. systemd's MemoryCurrent). Empty - nothing serves.
+    type: dict
+    default: {}
   group:
     description:
       - A multi-node serving group (plugin_utils/planner_nodes.py, docs/planner.md) - the plan of the whole
@@ -568,6 +591,16 @@ reasons:
   returned: always
   type: list
   elements: str
+swap:
+  description: With O(swap) - C(bluegreen) or C(stop-start); otherwise null.
+  returned: always
+  type: str
+  sample: bluegreen
+swap_why:
+  description: With O(swap) - why that strategy, in words; otherwise null.
+  returned: always
+  type: str
+  sample: "fits beside a (which holds GPUs 0,1,2,3): starts on GPUs 4,5,6,7, takes over the stable port, then a stops"
 plan_warnings:
   description: Things a reviewer should know (the CLI's C(warnings); Ansible also shows each as a warning).
   returned: always

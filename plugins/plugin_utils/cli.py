@@ -213,6 +213,10 @@ def _add_plan_options(p_plan: argparse.ArgumentParser) -> None:
     p_plan.add_argument("--gpu-memory-utilization", type=float)
     p_plan.add_argument("--kv-cache-dtype", default="auto")
     p_plan.add_argument("--gpus", help="comma-separated nvidia-smi indices the plan may use, e.g. 0,1,2,3")
+    p_plan.add_argument("--reserved-gpus", help="comma-separated indices a model that keeps serving holds (a blue/green "
+                        "swap plans the new model beside it), e.g. 0,1,2,3")
+    p_plan.add_argument("--reserved-memory-gib", type=float,
+                        help="CPU hosts: RAM in GiB a model that keeps serving uses (a blue/green swap)")
     p_plan.add_argument("--tool-call-parser", help="a parser name, or none")
     p_plan.add_argument("--reasoning-parser", help="a parser name, or none")
     p_plan.add_argument("--numa-bind", choices=("auto", "vllm", "numactl", "off"), default="auto")
@@ -351,11 +355,11 @@ def run_offline(args: argparse.Namespace, overrides: Dict[str, Any], common: Dic
     return summary
 
 
-def _gpu_list(text: str) -> List[int]:
+def _gpu_list(text: str, option: str = "--gpus") -> List[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip() != ""]
     except ValueError:
-        raise UsageError("--gpus %r: expected comma-separated GPU indices such as 0,1,2,3" % text)
+        raise UsageError("%s %r: expected comma-separated GPU indices such as 0,1,2,3" % (option, text))
 
 
 def plan_inputs(args: argparse.Namespace, model_path: Optional[str] = None, model_id: Optional[str] = None
@@ -378,6 +382,8 @@ def plan_inputs(args: argparse.Namespace, model_path: Optional[str] = None, mode
         "enable_expert_parallel": args.enable_expert_parallel,
         "gpu_memory_utilization": args.gpu_memory_utilization, "kv_cache_dtype": args.kv_cache_dtype,
         "gpus": _gpu_list(args.gpus) if args.gpus else None,
+        "reserved_gpus": _gpu_list(args.reserved_gpus, "--reserved-gpus") if getattr(args, "reserved_gpus", None) else [],
+        "reserved_memory_bytes": int(args.reserved_memory_gib * GIB) if getattr(args, "reserved_memory_gib", None) else 0,
         "tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
         "numa_bind": args.numa_bind, "objective": args.objective, "enforce_eager": args.enforce_eager,
         "trust_remote_code": args.trust_remote_code, "concurrency": args.concurrency, "input_len": args.input_len,

@@ -289,6 +289,10 @@ class PlanRequest(BaseModel):
     gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)
     kv_cache_dtype: str = "auto"
     gpus: Optional[List[int]] = None
+    # What a model that keeps serving holds while this one starts beside it (a blue/green swap, planner_swap):
+    # GPUs this plan must not use; on a CPU host, RAM it must leave.
+    reserved_gpus: List[int] = Field(default_factory=list)
+    reserved_memory_bytes: int = Field(default=0, ge=0)
     gpu_memory_bytes: Optional[int] = Field(default=None, gt=0)
     min_sequences: int = Field(default=DEFAULT_MIN_SEQUENCES, ge=1)
     weights_bytes: Optional[int] = Field(default=None, gt=0)
@@ -599,6 +603,9 @@ class ServingPlanResult(ServingPlan):
     model_config = ConfigDict(extra="forbid")
 
     plan_warnings: List[str] = Field(default_factory=list)
+    # With the action's swap option (planner_swap.decide_swap): bluegreen or stop-start, and why.
+    swap: Optional[str] = None
+    swap_why: Optional[str] = None
 
 
 class AllocationResult(_Result):
@@ -644,6 +651,8 @@ class StateEntry(_Result):
     fingerprint: Optional[str] = None
     unit_sha1: Optional[str] = None
     takeover: Optional[Dict[str, Any]] = None
+    stable_port: Optional[int] = None
+    slot_ports: Optional[List[int]] = None
 
 
 class HostStateDocument(_Result):

@@ -246,6 +246,10 @@ def _plan_cpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
     notes.reasons.append("host RAM %s x %.2f = %s for weights %s + KV %d GiB (VLLM_CPU_KVCACHE_SPACE) + runtime %s"
                          % (gib_text(memory), CPU_MEMORY_FRACTION, gib_text(budget), gib_text(ctx.weights), space_gib,
                             gib_text(CPU_RUNTIME_BYTES)))
+    if request.reserved_memory_bytes:
+        budget -= request.reserved_memory_bytes
+        notes.reasons.append("%s of it reserved for a model that keeps serving: %s left" % (
+            gib_text(request.reserved_memory_bytes), gib_text(max(budget, 0))))
     if kv_tokens < ctx.target_tokens:
         errors.append("VLLM_CPU_KVCACHE_SPACE=%d GiB holds %d tokens, below the KV target of %d; raise it to %d GiB"
                       % (space_gib, kv_tokens, ctx.target_tokens, int(math.ceil(target / GIB))))
@@ -300,6 +304,20 @@ def _plan_gpu(ctx: PlanContext, notes: Notes) -> ServingPlan:
         notes.reasons.append("GPUs limited to %s (override)" % available)
     else:
         available = indices
+    if request.reserved_gpus:
+        absent = [i for i in request.reserved_gpus if i not in indices]
+        if absent:
+            raise PlanInputError("reserved_gpus %s: no such GPU index on this host (it has %s)" % (absent, indices))
+        taken = [i for i in available if i in request.reserved_gpus]
+        if request.gpus is not None and taken:
+            raise PlanInputError("gpus %s: %s reserved (reserved_gpus) for a model that keeps serving; pin other GPUs"
+                                 % (request.gpus, taken))
+        available = [i for i in available if i not in request.reserved_gpus]
+        notes.reasons.append("GPUs %s reserved for a model that keeps serving: planned on %s" % (
+            ",".join(map(str, sorted(request.reserved_gpus))), ",".join(map(str, available)) or "none"))
+        if not available:
+            raise PlanInputError("reserved_gpus %s: every GPU of the host is reserved; nothing is left to plan on"
+                                 % sorted(request.reserved_gpus))
     _require_pinned_flags(ctx)
     selected = [g for g in host.gpus if g.index in available]
     errors, warnings = hardware_problems(model, selected, vllm, host)
