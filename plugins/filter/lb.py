@@ -53,6 +53,26 @@ def lb_services(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str])
     return [{"name": name, "backend": lb_backend_name(name), "servers": servers} for name, servers in sorted(services.items())]
 
 
+def proxy_seats(models: Mapping[str, Mapping[str, Any]], without: Sequence[str] = (), seat: Any = None) -> List[Dict[str, Any]]:
+    """The host proxy's stable ports (role llmops.vllm.lb, tasks/host_proxy.yml), sorted by port: one per model of
+    the host state (``models``: name -> entry) that serves behind it (has ``stable_port``), except those named in
+    ``without``, then ``seat`` ({port, bind, slots, active}; None: none), which takes its port's place."""
+    seats: Dict[int, Dict[str, Any]] = {}
+    for name, entry in sorted((models or {}).items()):
+        if name in without or not entry.get("stable_port"):
+            continue
+        port = int(entry["stable_port"])
+        seats[port] = {"port": port, "bind": entry["bind"], "slots": [int(p) for p in entry.get("slot_ports") or []],
+                       "active": int(entry["port"])}
+    if seat:
+        if not seat.get("port") or len(seat.get("slots") or []) != 2 or int(seat.get("active") or 0) not in [int(p) for p in seat["slots"]]:
+            raise AnsibleFilterError("proxy_seats: a seat needs port, bind, two slots and the active one among them, got %r" % (seat,))
+        seats[int(seat["port"])] = {"port": int(seat["port"]), "bind": seat["bind"], "slots": [int(p) for p in seat["slots"]],
+                                    "active": int(seat["active"])}
+    return [seats[port] for port in sorted(seats)]
+
+
 class FilterModule(object):
     def filters(self) -> Dict[str, Callable[..., Any]]:
-        return {"lb_address": lb_address, "lb_backend_name": lb_backend_name, "lb_services": lb_services}
+        return {"lb_address": lb_address, "lb_backend_name": lb_backend_name, "lb_services": lb_services,
+                "proxy_seats": proxy_seats}

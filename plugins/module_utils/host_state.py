@@ -53,12 +53,15 @@ ENTRY_KEYS = {
     'name': 'name', 'unit': 'str', 'repo_id': 'str', 'revision': 'str', 'commit': 'str', 'path': 'str',
     'served_model_name': 'str', 'bind': 'str', 'port': 'port', 'since': 'time', 'plan': 'plan',
     'venv': 'str', 'fingerprint': 'str', 'unit_sha1': 'str', 'takeover': 'mapping',
+    'stable_port': 'port', 'slot_ports': 'indices',
 }
 # Added after the first schema-1 files: the vLLM venv the unit runs, the rollout's fingerprint of its
 # inputs and the sha1 of the unit file it wrote (a no-op rollout compares them, no re-planning).
 # `takeover`: the entry came from a vLLM this collection did not start (vllm_takeover): its pid, start
 # time, user and command, so that a retire stops that process while it still runs outside the unit.
-ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha1', 'takeover')
+# `stable_port`, `slot_ports`: the model serves behind the host proxy (swap auto / bluegreen) - the proxy holds
+# stable_port, vLLM listens on `port`, one of the two slot_ports.
+ENTRY_OPTIONAL = ('venv', 'fingerprint', 'unit_sha1', 'takeover', 'stable_port', 'slot_ports')
 PLAN_KEYS = {
     'device': 'str', 'tensor_parallel_size': 'size', 'data_parallel_size': 'size', 'enable_expert_parallel': 'bool',
     'gpu_indices': 'indices', 'numa_node': 'int_or_null', 'max_model_len': 'size', 'layout': 'str_or_null',

@@ -284,6 +284,17 @@ models:
           still runs outside the unit.
       type: dict
       sample: {pid: 4242, start_time: 1234567, user: llmops-serve, command: "vllm serve /srv/m --api-key ********"}
+    stable_port:
+      description:
+        - Set when the model serves behind the host proxy (vllm_model.swap auto or bluegreen) - the port the proxy
+          holds for clients; vLLM itself listens on RV(current.port), one of RV(current.slot_ports).
+      type: int
+      sample: 8000
+    slot_ports:
+      description: With RV(current.stable_port), the two ports vLLM alternates between from one rollout to the next.
+      type: list
+      elements: int
+      sample: [18000, 28000]
 lock:
   description: With O(action=lock), O(action=renew) and O(action=unlock), the host's lock after the action (null when free).
   returned: O(action=lock), O(action=renew) or O(action=unlock)

@@ -48,6 +48,7 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REVISION_POLICIES = ("commit", "tag", "any")
 # Planner choices a host may pin; the rest of PlanRequest is filled in by the rollout itself.
+SWAPS = ("stop-start", "auto", "bluegreen")
 PLAN_OWNED_BY_ROLLOUT = ("model_id", "model_path", "served_model_name", "host", "port", "extra_args", "env")
 
 
@@ -74,6 +75,28 @@ class DesiredModel(BaseModel):
     # A multi-node serving group: the inventory hosts that serve this model together with vLLM's own
     # multi-node runtime, the head first (docs/rollout.md, "Multi-node serving groups").
     group: List[str] = Field(default_factory=list)
+    # How a new model takes this port over on its host (docs/rollout.md "Blue/green"): stop-start - the old
+    # unit stops, the new one starts on `port`; auto - a host-local HAProxy holds `port` and the planner starts
+    # the new model beside the old one when it fits (blue/green), else stop-start behind it; bluegreen - forced,
+    # refused before anything stops when it does not fit.
+    swap: str = "stop-start"
+    # Behind the host proxy (swap auto or bluegreen) vLLM listens on one of two ports (same address), alternating
+    # between rollouts; default port + 10000 and port + 20000.
+    slot_ports: List[int] = Field(default_factory=list)
+
+    @field_validator("swap")
+    @classmethod
+    def _swap(cls, value: str) -> str:
+        if not _templated(value) and value not in SWAPS:
+            raise ValueError("must be one of %s, got %r" % (", ".join(SWAPS), value))
+        return value
+
+    @field_validator("slot_ports")
+    @classmethod
+    def _slot_ports(cls, value: List[int]) -> List[int]:
+        if value and (len(value) != 2 or len(set(value)) != 2 or not all(1 <= int(v) <= 65535 for v in value)):
+            raise ValueError("must be two different TCP ports (1-65535), got %r" % (value,))
+        return [int(v) for v in value]
 
     @field_validator("group")
     @classmethod
@@ -174,6 +197,17 @@ class DesiredModel(BaseModel):
     def _defaults(self) -> DesiredModel:
         if not self.served_model_name:
             self.served_model_name = self.name
+        if self.swap not in ("stop-start",) and not _templated(self.swap) and not _templated(self.port):
+            if self.group:
+                raise ValueError("swap %s: a multi-node group restarts as one; use swap stop-start" % self.swap)
+            if not self.slot_ports:
+                if int(self.port) + 20000 > 65535:
+                    raise ValueError("swap %s: port %s leaves no room for the default slot ports (port + 10000, port + "
+                                     "20000); set slot_ports: [A, B]" % (self.swap, self.port))
+                self.slot_ports = [int(self.port) + 10000, int(self.port) + 20000]
+            if int(self.port) in self.slot_ports:
+                raise ValueError("slot_ports %s: the host proxy holds port %s itself; give two other ports"
+                                 % (self.slot_ports, self.port))
         if self.revision_policy == "commit" and not _templated(self.revision) and not COMMIT_RE.match(self.revision):
             raise ValueError("revision %r is not a commit sha, and revision_policy is commit: pin the 40-character "
                              "commit (the rollout's report and the host state name the one it resolved), or set "
@@ -241,6 +275,14 @@ def validate_models(documents: Any, root: str = "vllm_models") -> List[Dict[str,
                     root, index, key, model.get(key), seen[model[key]]))
             else:
                 seen[model[key]] = index
+    held: Dict[int, int] = {}
+    for index, model in models:  # the slot ports of a model behind the host proxy are its ports too
+        for port in model.get("slot_ports") or []:
+            owner = next((i for i, m in models if i != index and port in [m.get("port")] + list(m.get("slot_ports") or [])), None)
+            if owner is not None and held.get(port) is None:
+                problems.append("%s[%d].slot_ports: %s is a port of model %d too; each model needs its own" % (
+                    root, index, port, owner))
+                held[port] = index
     pinned: Dict[int, int] = {}
     for index, model in models:
         gpus = (model.get("plan") or {}).get("gpus")

