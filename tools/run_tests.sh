@@ -12,7 +12,8 @@
 #       several models on one host (test_multimodel_live.py: up to three servers on llmops-1, once the
 #       llmops2 lane has mostly ended);
 #   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
-#       (test_benchmark_live.py, test_vllm_install_live.py), then the molecule scenario preflight there.
+#       (test_benchmark_live.py, test_vllm_install_live.py, test_bluegreen_live.py), then the molecule
+#       scenario preflight there.
 # Once both sandbox lanes ended, the live file that needs both hosts at once: a multi-node serving
 # group over llmops-1 and llmops-2 (test_group_live.py). The fleet of three hosts behind HAProxy
 # (test_fleet_live.py) is `make test-fleet`, outside this run: it takes longer than the whole CI budget.
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.." || exit 1
 export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_NOCOLOR=1
 export JUNIT=out/junit LOGS=out/logs
 rm -rf "$JUNIT" "$LOGS" && mkdir -p "$JUNIT" "$LOGS"
-LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py"
+LIVE="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py tests/integration/test_bluegreen_live.py"
 LIVE1="tests/integration/test_gitops_live.py tests/integration/test_multimodel_live.py"
 LIVE_BOTH="tests/integration/test_group_live.py"
 # Not always-on: the fleet of three hosts behind HAProxy takes 30 minutes and more here (make test-fleet).

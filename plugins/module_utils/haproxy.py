@@ -67,8 +67,10 @@ def parse_servers_state(text: str) -> List[Dict[str, str]]:
 
 
 def admin_state(bits: int) -> str:
-    """ready, drain or maint from srv_admin_state."""
-    if bits & (ADMIN_FORCED_MAINT | ADMIN_INHERITED_MAINT | ADMIN_CONFIG_MAINT | ADMIN_RESOLVER_MAINT | ADMIN_HOSTNAME_MAINT):
+    """ready, drain or maint from srv_admin_state. ADMIN_CONFIG_MAINT only remembers that the configuration said
+    `disabled` (HAProxy's SRV_ADMF_MAINT leaves it out): such a server set ready keeps that bit and takes requests
+    (measured: srv_admin_state 4, status UP, serving)."""
+    if bits & (ADMIN_FORCED_MAINT | ADMIN_INHERITED_MAINT | ADMIN_RESOLVER_MAINT | ADMIN_HOSTNAME_MAINT):
         return "maint"
     if bits & (ADMIN_FORCED_DRAIN | ADMIN_INHERITED_DRAIN):
         return "drain"

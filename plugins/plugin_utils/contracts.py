@@ -843,6 +843,13 @@ class VllmServer(_Result):
     managed_by: Optional[str] = None
 
 
+class UnitMemoryResult(_Result):
+    """unit_memory: the RAM a unit's processes use, and how it was counted."""
+    bytes: int
+    source: Literal["cgroup", "pss", "none"]
+    pids: List[int]
+
+
 class VllmProcessInfoResult(_Result):
     """vllm_process_info: every vLLM server, the foreign ones, and those in the next model's way."""
     servers: List[VllmServer]
@@ -911,6 +918,7 @@ MODULE_CONTRACTS = {
     "benchmark_report": BenchmarkReportResult,
     "vllm_state": VllmStateResult,
     "gpu_free": GpuFreeResult,
+    "unit_memory": UnitMemoryResult,
     "vllm_venv": VllmVenvResult,
     "vllm_process_info": VllmProcessInfoResult,
     "vllm_takeover": VllmTakeoverResult,

@@ -20,9 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
 import yaml
 
-from ansible_collections.llmops.vllm.plugins.filter.lb import lb_address, lb_backend_name, lb_services
+from ansible_collections.llmops.vllm.plugins.filter.lb import lb_address, lb_backend_name, lb_services, proxy_seats
 from ansible_collections.llmops.vllm.plugins.module_utils import haproxy
 
 pytestmark = pytest.mark.ansible
@@ -169,6 +170,29 @@ def test_services_from_the_inventory():
     # the soak's baseline and the rollout's own address come from the same rule as the servers above
     assert [lb_address(hostvars[h], h) for h in ("h1", "h2", "h3")] == ["10.0.0.1", "10.0.0.2", "h3"]
     assert lb_address({"lb_address": "10.0.0.9", "ansible_host": "10.0.0.1"}, "h9") == "10.0.0.9"
+
+
+def test_admin_state_of_a_server_the_configuration_disabled():
+    from ansible_collections.llmops.vllm.plugins.module_utils.haproxy import admin_state
+    # `disabled` in the configuration: forced + config maintenance (5); set ready, the config bit stays (4) and it serves
+    assert (admin_state(5), admin_state(4), admin_state(0), admin_state(8), admin_state(4 | 8)) == (
+        "maint", "ready", "ready", "drain", "drain")
+
+
+def test_host_proxy_seats_from_the_host_state():
+    models = {
+        "a": {"bind": "10.0.0.1", "port": 18000, "stable_port": 8000, "slot_ports": [18000, 28000]},
+        "b": {"bind": "0.0.0.0", "port": 8001},  # served directly (swap stop-start): no seat
+        "c": {"bind": "10.0.0.1", "port": 28002, "stable_port": 8002, "slot_ports": [18002, 28002]},
+    }
+    assert proxy_seats(models) == [{"port": 8000, "bind": "10.0.0.1", "slots": [18000, 28000], "active": 18000},
+                                   {"port": 8002, "bind": "10.0.0.1", "slots": [18002, 28002], "active": 28002}]
+    # the model a rollout replaces leaves; the new one's seat takes its port
+    seat = {"port": 8000, "bind": "10.0.0.1", "slots": ["18000", "28000"], "active": "28000"}
+    assert proxy_seats(models, ["a"], seat)[0] == {"port": 8000, "bind": "10.0.0.1", "slots": [18000, 28000], "active": 28000}
+    assert [s["port"] for s in proxy_seats(models, ["a", "c"])] == []
+    with pytest.raises(AnsibleFilterError, match="the active one among them"):
+        proxy_seats(models, [], dict(seat, active=9999))
 
 
 def test_config_routing_drain_and_enable(lb, tmp_path):
