@@ -4,7 +4,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What clients see during "retire A, roll out B": a fleet behind HAProxy against one host without a load balancer.
 
-    .venv/bin/python bench/zero_downtime.py [--case all|fleet|stop-start] [--rate 1] [--max-tokens 8] [--settle 20] [--json FILE]
+    .venv/bin/python bench/zero_downtime.py [--case all|fleet|stop-start|bluegreen] [--rate 1] [--max-tokens 8] [--settle 20] [--json FILE]
 
 1. Fleet: three sandbox hosts serve A behind a real HAProxy on the controller (tests/integration/fleet_scenario.py,
    the same as the live fleet test); a steady load of --rate completions/s (--max-tokens) goes through HAProxy for
@@ -15,6 +15,9 @@
    downtime gap (the last answer before the first failure to the first answer after the last failure) against
    the model's load time (the gate's time to ready in the report) and the report's own gap; the goal is
    gap <= load + 5 s (what is not load time is cut).
+3. Blue/green: llmops-3 alone with vllm_model.swap auto behind its host proxy, A -> B, the load on the stable
+   port. Printed: requests, failures and latency before, during and after; the plan's strategy and why; the
+   time from "apply" to "B serves" (the switch) and B's load time.
 Needs root and the sandbox's caches (sandbox/up makes them); brings up three hosts, stops what it started.
 A benchmark (`make bench`), not a test.
 """
@@ -112,14 +115,45 @@ def stop_start_case(fleet, args):
     return {"client_gap_s": gap, "report": timings, "swap_s": swap_s, "load": direct.summary()}
 
 
+def bluegreen_case(fleet, args):
+    """llmops-3 alone, swap auto behind its host proxy: A -> B blue/green, the load on the stable port."""
+    host = HOSTS[2]
+    fleet.set_model("a", swap="auto")
+    proc, _seconds = fleet.playbook("rollout.yml", "--limit", host, "-e", "lb_backend=none")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    print("== blue/green: %s alone behind its host proxy, A -> B, %.1f requests/s on the stable port" % (host, args.rate), flush=True)
+    load = SteadyLoad("http://%s:%d" % (fleet.addresses[host], PORT), SERVED, rate=args.rate, max_tokens=args.max_tokens,
+                      timeout=60.0)
+    load.start()
+    time.sleep(args.settle)
+    fleet.set_model("b", swap="auto")
+    begin = time.monotonic()
+    proc, rollout_s = fleet.playbook("rollout.yml", "--limit", host, "-e", "lb_backend=none")
+    end = time.monotonic()
+    time.sleep(args.settle)
+    load.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = fleet.report(host)
+    windows = {"before": load.summary(None, begin), "during": load.summary(begin, end), "after": load.summary(end, None)}
+    for label, summary in windows.items():
+        print(line(label, summary))
+    timings = report.get("timings", {})
+    print("swap: %s (%s)" % ((report.get("swap") or {}).get("strategy"), (report.get("swap") or {}).get("why")))
+    print("apply -> B serves (switched) %s s; B's load %s s; rollout in all %s s"
+          % (timings.get("switch_s"), timings.get("time_to_ready_s"), rollout_s))
+    fleet.ssh(host, "systemctl disable --now llmops-vllm-proxy.service")
+    return {"windows": windows, "swap": report.get("swap"), "timings": timings, "rollout_s": rollout_s}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--rate", type=float, default=1.0)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--case", choices=("all", "fleet", "stop-start"), default="all",
-                        help="fleet: the three hosts behind HAProxy; stop-start: one host alone (default: both)")
+    parser.add_argument("--case", choices=("all", "fleet", "stop-start", "bluegreen"), default="all",
+                        help="fleet: the three hosts behind HAProxy; stop-start: one host alone; bluegreen: one host "
+                             "behind its own proxy (default: all three)")
     args = parser.parse_args()
     out = {}
     fleet = Fleet(Path(tempfile.mkdtemp(prefix="zero-downtime-")))
@@ -128,6 +162,12 @@ def main():
             out["fleet"] = fleet_case(fleet, args)
         if args.case in ("all", "stop-start"):
             out["stop_start"] = stop_start_case(fleet, args)
+        if args.case in ("all", "bluegreen"):
+            if fleet.serving(HOSTS[2]):  # what the cases before left there: blue/green starts from A
+                proc, _seconds = fleet.playbook("retire.yml", "-e", "retire_model=%s" % fleet.serving(HOSTS[2]),
+                                                "--limit", HOSTS[2])
+                assert proc.returncode == 0, proc.stdout[-3000:]
+            out["bluegreen"] = bluegreen_case(fleet, args)
     finally:
         fleet.stop_haproxy()
         fleet.retire_all()

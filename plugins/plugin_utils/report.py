@@ -23,6 +23,7 @@ PHASES: Tuple[Tuple[str, str], ...] = (
     ("downtime_gap_s", "downtime gap"),
     ("rollback_s", "rollback"),
     ("out_of_lb_s", "out of the load balancer"),
+    ("switch_s", "apply -> new model serves (host proxy)"),
     ("total_s", "total"),
 )
 
@@ -35,7 +36,8 @@ def phase_timings(marks: Optional[Dict[str, Any]], changed: bool = False, retire
     seconds), rollback (retire started -> old model back) and total (started -> now). Download, gap
     and time to ready count only when the run changed what the host serves; retire and gap only when
     the old model was retired. Out of the load balancer: drained -> enabled again (the new model, or the old
-    one after a rollback), when a load balancer drained the host."""
+    one after a rollback), when a load balancer drained the host. Switch: started -> the host proxy's stable port sends
+    clients to the new model (swap auto or bluegreen; "apply" to "B serves")."""
     marks = marks or {}
 
     def mark(name: str) -> Optional[float]:
@@ -44,7 +46,7 @@ def phase_timings(marks: Optional[Dict[str, Any]], changed: bool = False, retire
 
     started, fetched, retire = mark("started"), mark("fetched"), mark("retire_started")
     retired_at, ready, restored = mark("retired"), mark("ready"), mark("restored_ready")
-    drained, enabled = mark("drained"), mark("enabled")
+    drained, enabled, switched = mark("drained"), mark("enabled"), mark("switched")
     spans: Dict[str, Optional[float]] = {
         "download_s": fetched - started if changed and fetched is not None and started is not None else None,
         "downtime_gap_s": ready - retire if changed and retired and ready is not None and retire is not None else None,
@@ -52,6 +54,7 @@ def phase_timings(marks: Optional[Dict[str, Any]], changed: bool = False, retire
         "time_to_ready_s": float(ready_seconds) if changed and ready_seconds not in (None, "") else None,
         "rollback_s": restored - retire if restored is not None and retire is not None else None,
         "out_of_lb_s": enabled - drained if drained is not None and enabled is not None else None,
+        "switch_s": switched - started if switched is not None and started is not None else None,
         "total_s": (time.time() if now is None else now) - started if started is not None else None,
     }
     return {key: round(value, 2) for key, value in spans.items() if value is not None}

@@ -104,3 +104,10 @@ def test_phase_timings_out_of_the_load_balancer():
     assert timings["out_of_lb_s"] == 40.5
     assert "out_of_lb_s" not in report.phase_timings(dict(MARKS, drained=1019.5), changed=True, retired=True)
     assert ("out of the load balancer", 40.5) in report.phases(timings)
+
+
+def test_phase_timings_switch_behind_the_host_proxy():
+    timings = report.phase_timings(dict(MARKS, switched="1090.0"), changed=True, retired=False, now=1100.0)
+    assert timings["switch_s"] == 1090.0 - float(MARKS["started"])
+    assert "switch_s" not in report.phase_timings(MARKS, changed=True, retired=True)
+    assert ("apply -> new model serves (host proxy)", timings["switch_s"]) in report.phases(timings)
