@@ -287,11 +287,11 @@ models:
     stable_port:
       description:
         - Set when the model serves behind the host proxy (vllm_model.swap auto or bluegreen) - the port the proxy
-          holds for clients; vLLM itself listens on RV(current.port), one of RV(current.slot_ports).
+          holds for clients; vLLM itself listens on the entry's C(port), one of its C(slot_ports).
       type: int
       sample: 8000
     slot_ports:
-      description: With RV(current.stable_port), the two ports vLLM alternates between from one rollout to the next.
+      description: With C(stable_port), the two ports vLLM alternates between from one rollout to the next.
       type: list
       elements: int
       sample: [18000, 28000]

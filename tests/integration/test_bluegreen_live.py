@@ -103,7 +103,8 @@ def scenario(nspawn_ok, tmp_path_factory):
 
 def test_the_first_rollout_starts_the_host_proxy_on_the_stable_port(scenario):
     entry = scenario["a_state"]["models"]["bg-a"]
-    assert entry["stable_port"] == PORT and entry["port"] in entry["slot_ports"] == [PORT + 10000, PORT + 20000]
+    assert entry["stable_port"] == PORT and entry["slot_ports"] == [PORT + 10000, PORT + 20000]
+    assert entry["port"] in entry["slot_ports"]
 
 
 def test_a_to_b_is_blue_green_with_zero_failed_requests(scenario, record_property):
