@@ -17,7 +17,8 @@
    gap <= load + 5 s (what is not load time is cut).
 3. Blue/green: llmops-3 alone with vllm_model.swap auto behind its host proxy, A -> B, the load on the stable
    port. Printed: requests, failures and latency before, during and after; the plan's strategy and why; the
-   time from "apply" to "B serves" (the switch) and B's load time.
+   time from "apply" to "B serves" (the switch) and B's load time. Then B -> A with a soak A cannot pass: the
+   failure comes after the switch, and the rescue switches back to B, which still runs (the failures clients saw).
 Needs root and the sandbox's caches (sandbox/up makes them); brings up three hosts, stops what it started.
 A benchmark (`make bench`), not a test.
 """
@@ -141,8 +142,28 @@ def bluegreen_case(fleet, args):
     print("swap: %s (%s)" % ((report.get("swap") or {}).get("strategy"), (report.get("swap") or {}).get("why")))
     print("apply -> B serves (switched) %s s; B's load %s s; rollout in all %s s"
           % (timings.get("switch_s"), timings.get("time_to_ready_s"), rollout_s))
+
+    # B -> A with a soak A cannot pass (TTFT p99 <= 0.1 ms): the failure comes after the switch, while B still runs;
+    # the rescue switches back to B. Clients must see no failure either way.
+    print("== blue/green: B -> A with a soak it cannot pass (a failure after the switch)", flush=True)
+    back = SteadyLoad("http://%s:%d" % (fleet.addresses[host], PORT), SERVED, rate=args.rate, max_tokens=args.max_tokens,
+                      timeout=60.0)
+    back.start()
+    time.sleep(5)
+    fleet.set_model("a", swap="auto")
+    proc, back_s = fleet.playbook("rollout.yml", "--limit", host, "-e", json.dumps(
+        {"lb_backend": "none", "rollout_canary": 1, "rollout_soak_seconds": 15, "rollout_soak_max_ttft_p99_s": 0.0001}))
+    time.sleep(5)
+    back.stop()
+    failed_after_switch = fleet.report(host)
+    print(line("back", back.summary()))
+    print("rollout exit %d, status %s, switched %s, now serving %s (%s s)" % (
+        proc.returncode, failed_after_switch.get("status"), (failed_after_switch.get("swap") or {}).get("switched"),
+        fleet.serving(host), back_s))
     fleet.ssh(host, "systemctl disable --now llmops-vllm-proxy.service")
-    return {"windows": windows, "swap": report.get("swap"), "timings": timings, "rollout_s": rollout_s}
+    return {"windows": windows, "swap": report.get("swap"), "timings": timings, "rollout_s": rollout_s,
+            "switch_back": {"load": back.summary(), "returncode": proc.returncode, "status": failed_after_switch.get("status"),
+                            "serving": fleet.serving(host), "seconds": back_s}}
 
 
 def main():
