@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from fleet_scenario import HOSTS, MODELS, PORT, SERVED, Fleet  # noqa: E402
+from sandbox_play import ssh  # noqa: E402
 from steady_load import SteadyLoad  # noqa: E402
 
 
@@ -160,7 +161,7 @@ def bluegreen_case(fleet, args):
     print("rollout exit %d, status %s, switched %s, now serving %s (%s s)" % (
         proc.returncode, failed_after_switch.get("status"), (failed_after_switch.get("swap") or {}).get("switched"),
         fleet.serving(host), back_s))
-    fleet.ssh(host, "systemctl disable --now llmops-vllm-proxy.service")
+    ssh(host, "systemctl disable --now llmops-vllm-proxy.service")
     return {"windows": windows, "swap": report.get("swap"), "timings": timings, "rollout_s": rollout_s,
             "switch_back": {"load": back.summary(), "returncode": proc.returncode, "status": failed_after_switch.get("status"),
                             "serving": fleet.serving(host), "seconds": back_s}}

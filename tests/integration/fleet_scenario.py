@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up
+from sandbox_play import playbook, sandbox_inventory, sandbox_up, ssh
 
 HOSTS = ("llmops-1", "llmops-2", "llmops-3")
 # The three hosts share the controller's two cores. vLLM's CPU default binds each server's threads to core 0
@@ -108,15 +108,10 @@ class Fleet:
             assert time.monotonic() < deadline, "not every server is up and ready in HAProxy: %s" % seen
             time.sleep(1)
 
-    def ssh(self, host: str, command: str) -> str:
-        proc = run(["ssh", "-F", STATE_DIR / "ssh_config", host, command], timeout=60)
-        assert proc.returncode == 0, "%s on %s: %s" % (command, host, proc.stderr)
-        return proc.stdout
-
     def serving(self, host: str) -> Optional[str]:
         """The name of the model the host's state file says it serves (None: nothing)."""
         state_dir = self.host_vars[host].get("rollout_state_dir", "/var/lib/llmops-vllm")
-        models = sorted(json.loads(self.ssh(host, "cat %s/state.json 2>/dev/null || echo {}" % state_dir)).get("models") or {})
+        models = sorted(json.loads(ssh(host, "cat %s/state.json 2>/dev/null || echo {}" % state_dir)).get("models") or {})
         return models[0] if models else None
 
     def retire_all(self) -> None:
@@ -131,7 +126,7 @@ class Fleet:
             assert proc.returncode == 0, "retire of %s failed:\n%s" % (name, proc.stdout[-3000:])
 
     def started(self, host: str, name: str) -> str:
-        return self.ssh(host, "systemctl show -p ExecMainStartTimestampMonotonic --value vllm-%s.service" % name).strip()
+        return ssh(host, "systemctl show -p ExecMainStartTimestampMonotonic --value vllm-%s.service" % name).strip()
 
     def report(self, host: str) -> Dict[str, Any]:
         return json.loads((self.inventory / "reports" / host / "latest.json").read_text())

@@ -24,6 +24,19 @@ def run(argv: Any, timeout: float = 900, **kwargs: Any) -> subprocess.CompletedP
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
 
 
+def ssh(host: str, command: str, timeout: float = 60) -> str:
+    """Run a shell command on a sandbox host as root; its output (a failure is an assertion naming the command)."""
+    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", host, command], timeout=timeout)
+    assert proc.returncode == 0, "%s on %s: %s" % (command, host, proc.stderr)
+    return proc.stdout
+
+
+def unit_process(host: str, unit: str) -> Dict[str, str]:
+    """MainPID, ExecMainStartTimestampMonotonic and ActiveState of a unit: the first two change whenever it restarts."""
+    out = ssh(host, "systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ActiveState %s" % unit)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
 def playbook(inventory: Path, play: str, *extra: str, timeout: float = 1500) -> Tuple[subprocess.CompletedProcess, float]:
     """playbooks/<play> on the inventory directory; (the process, seconds it took)."""
     started = time.monotonic()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up
+from sandbox_play import playbook, sandbox_inventory, sandbox_up, ssh, unit_process
 
 HEAD, WORKER = "llmops-1", "llmops-2"
 # A port no other scenario uses. TORCH_COMPILE_DISABLE: the hosts have no C++ compiler, and tensor
@@ -31,17 +31,6 @@ HEAD, WORKER = "llmops-1", "llmops-2"
 GROUP = {"name": "tiny-group", "repo_id": "llmops-test/tiny-llama-chat", "revision": "v1.0", "port": 8021,
          "group": [HEAD, WORKER], "plan": {"nodes": 2}, "env": {"TORCH_COMPILE_DISABLE": "1"}}
 UNIT = "vllm-tiny-group.service"
-
-
-def ssh(host: str, command: str) -> str:
-    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", host, command], timeout=60)
-    assert proc.returncode == 0, "%s on %s: %s" % (command, host, proc.stderr)
-    return proc.stdout
-
-
-def unit_props(host: str) -> dict:
-    out = ssh(host, "systemctl show -p MainPID -p ActiveState -p ExecMainStartTimestampMonotonic %s" % UNIT)
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def state(host: str, state_dir: str) -> dict:
@@ -87,7 +76,7 @@ def scenario(nspawn_ok, tmp_path_factory):
     out["step1_text"] = complete(url)
     out["step1_state"] = {h: state(h, inventory.state_dir(h)) for h in (HEAD, WORKER)}
     out["step1_units"] = {h: ssh(h, "cat /etc/systemd/system/%s" % UNIT) for h in (HEAD, WORKER)}
-    out["step1_props"] = {h: unit_props(h) for h in (HEAD, WORKER)}
+    out["step1_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
 
     # 2. a change the worker cannot start with: the group fails as one and is rolled back as one
     inventory.set_host(WORKER, rollout_limit_nofile=3)
@@ -96,7 +85,7 @@ def scenario(nspawn_ok, tmp_path_factory):
     inventory.set_host(WORKER)
     out["step2_text"] = complete(url)
     out["step2_units"] = {h: ssh(h, "cat /etc/systemd/system/%s" % UNIT) for h in (HEAD, WORKER)}
-    out["step2_props"] = {h: unit_props(h) for h in (HEAD, WORKER)}
+    out["step2_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
     out["step2_reports"] = {h: json.loads((inventory.root / "reports" / h / "latest.json").read_text())
                             for h in (HEAD, WORKER)}
 
@@ -109,7 +98,7 @@ def scenario(nspawn_ok, tmp_path_factory):
     proc, timings["retire"] = inventory.playbook("retire.yml", "-e", "retire_model=" + GROUP["name"])
     assert proc.returncode == 0, proc.stdout[-8000:]
     out["step4_state"] = {h: state(h, inventory.state_dir(h)) for h in (HEAD, WORKER)}
-    out["step4_props"] = {h: unit_props(h) for h in (HEAD, WORKER)}
+    out["step4_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
     out["timings"] = timings
     print("group scenario timings (s): %s" % json.dumps(timings))
     return out

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up
+from sandbox_play import playbook, sandbox_inventory, sandbox_up, ssh, unit_process
 from steady_load import SteadyLoad
 
 HOST = "llmops-1"
@@ -37,16 +37,9 @@ QWEN_CHANGED = dict(QWEN, plan={"max_model_len": 1024})
 EXTRA = {"name": "mm-extra", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main", "port": 8013}
 
 
-def ssh(command: str) -> str:
-    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, command], timeout=60)
-    assert proc.returncode == 0, "%s on %s: %s" % (command, HOST, proc.stderr)
-    return proc.stdout
-
-
 def process_of(name: str) -> tuple:
-    """(MainPID, start time) of vllm-<name>.service: changes whenever the server is restarted."""
-    out = ssh("systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ActiveState vllm-%s.service" % name)
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    """(MainPID, start time, ActiveState) of vllm-<name>.service: the first two change whenever it restarts."""
+    props = unit_process(HOST, "vllm-%s.service" % name)
     return props.get("MainPID"), props.get("ExecMainStartTimestampMonotonic"), props.get("ActiveState")
 
 
@@ -56,7 +49,7 @@ def models_served(url: str) -> list:
 
 
 def state() -> dict:
-    return json.loads(ssh("cat /var/lib/llmops-vllm/state.json"))
+    return json.loads(ssh(HOST, "cat /var/lib/llmops-vllm/state.json"))
 
 
 class Inventory:
@@ -80,7 +73,7 @@ def scenario(nspawn_ok, tmp_path_factory):
     url = {m["name"]: "http://%s:%d" % (address, m["port"]) for m in (LLAMA, QWEN, EXTRA)}
     inventory = Inventory(tmp_path_factory.mktemp("multimodel") / "inventory")
     out, timings = {"url": url, "reports": inventory.root / "reports"}, {}
-    out["served_before"] = sorted(state().get("models", {})) if ssh("test -f /var/lib/llmops-vllm/state.json && echo y || true").strip() else []
+    out["served_before"] = sorted(state().get("models", {})) if ssh(HOST, "test -f /var/lib/llmops-vllm/state.json && echo y || true").strip() else []
 
     # 1. two models on two ports (whatever the host served before is retired: the list does not name it)
     inventory.models(LLAMA, QWEN)
