@@ -9,7 +9,7 @@ The scenario (one session fixture; tools/run_tests.sh runs it in the llmops-2 la
    the other slot, passes its gate, takes the port over, and bg-a stops only then. Zero failed requests;
 3. under the same load: bg-b -> bg-c, which passes every check before the swap and fails when vLLM loads it. bg-b
    keeps serving, never restarted, zero failed requests; the run fails, rolled back;
-4. playbooks/retire.yml retires bg-b; the proxy the scenario started is stopped.
+4. playbooks/retire.yml retires bg-b: the last model behind the proxy, which stops (its port is free).
 That the plan chooses stop-start when the new model cannot fit beside the old one is tests/unit/test_planner_swap.py.
 """
 
@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 
-from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up
+from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up, ssh, unit_process
 from steady_load import SteadyLoad
 
 HOST = "llmops-2"
@@ -34,15 +34,9 @@ B = dict(COMMON, name="bg-b", repo_id="llmops-test/tiny-qwen3-chat", revision="m
 C = dict(COMMON, name="bg-c", repo_id="llmops-test/tiny-qwen3-broken", revision="main")
 
 
-def ssh(command: str) -> str:
-    proc = run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, command], timeout=60)
-    assert proc.returncode == 0, "%s on %s: %s" % (command, HOST, proc.stderr)
-    return proc.stdout
-
-
 def process_of(name: str) -> tuple:
-    out = ssh("systemctl show -p MainPID -p ExecMainStartTimestampMonotonic -p ActiveState vllm-%s.service" % name)
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    """(MainPID, start time, ActiveState) of vllm-<name>.service: the first two change whenever it restarts."""
+    props = unit_process(HOST, "vllm-%s.service" % name)
     return props.get("MainPID"), props.get("ExecMainStartTimestampMonotonic"), props.get("ActiveState")
 
 
@@ -58,7 +52,7 @@ def scenario(nspawn_ok, tmp_path_factory):
         return playbook(root, "rollout.yml")
 
     def state():
-        return json.loads(ssh("cat %s/state.json" % state_dir))
+        return json.loads(ssh(HOST, "cat %s/state.json" % state_dir))
 
     def report():
         return json.loads((root / "reports" / HOST / "latest.json").read_text())
@@ -93,6 +87,7 @@ def scenario(nspawn_ok, tmp_path_factory):
                        "b_to_broken": load.summary(switched, None), "all": load.summary()}
         proc, timings["retire"] = playbook(root, "retire.yml", "-e", "retire_model=bg-b")
         assert proc.returncode == 0, proc.stdout[-8000:]
+        out["retired_state"], out["proxy_after_retire"] = state(), unit_process(HOST, "llmops-vllm-proxy.service")
     finally:
         run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, "systemctl disable --now llmops-vllm-proxy.service; "
              "systemctl stop vllm-bg-a vllm-bg-b vllm-bg-c"], timeout=120)
@@ -128,3 +123,8 @@ def test_a_broken_b_leaves_the_old_model_serving_with_zero_failed_requests(scena
     assert scenario["b_after_c"] == scenario["b_process"]  # never restarted
     load = scenario["load"]["b_to_broken"]
     assert load["sent"] >= 10 and load["failed"] == 0, load
+
+
+def test_retiring_the_last_model_behind_the_proxy_stops_it(scenario):
+    assert "bg-b" not in scenario["retired_state"].get("models", {})
+    assert scenario["proxy_after_retire"]["ActiveState"] == "inactive", scenario["proxy_after_retire"]
