@@ -9,8 +9,10 @@ The scenario (one session fixture; tools/run_tests.sh runs it in the llmops-2 la
    the other slot, passes its gate, takes the port over, and bg-a stops only then. Zero failed requests;
 3. under the same load: bg-b -> bg-c, which passes every check before the swap and fails when vLLM loads it. bg-b
    keeps serving, never restarted, zero failed requests; the run fails, rolled back;
-4. playbooks/retire.yml retires bg-b: the last model behind the proxy, which stops (its port is free).
-That the plan chooses stop-start when the new model cannot fit beside the old one is tests/unit/test_planner_swap.py.
+4. the preview (playbooks/plan.yml, check mode) of bg-big - bg-b's weights with a KV cache that fits the host's RAM
+   alone but not beside bg-b's measured RAM: the plan says stop-start, and why;
+5. playbooks/retire.yml retires bg-b: the last model behind the proxy, which stops (its port is free).
+The decision's rules on the story's GPU hosts are tests/unit/test_planner_swap.py.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 
 import pytest
 import yaml
+from ansible_collections.llmops.vllm.plugins.plugin_utils.planner_rules import CPU_MEMORY_FRACTION, CPU_RUNTIME_BYTES
 
 from sandbox_play import STATE_DIR, playbook, run, sandbox_inventory, sandbox_up, ssh, unit_process
 from steady_load import SteadyLoad
@@ -32,6 +35,16 @@ A = dict(COMMON, name="bg-a", repo_id="llmops-test/tiny-llama-chat", revision="v
 B = dict(COMMON, name="bg-b", repo_id="llmops-test/tiny-qwen3-chat", revision="main")
 # downloads and passes every check before the swap, fails when vLLM loads it (examples/sandbox-broken.yml)
 C = dict(COMMON, name="bg-c", repo_id="llmops-test/tiny-qwen3-broken", revision="main")
+GIB = 1 << 30
+
+
+def too_big_beside(host: str) -> dict:
+    """bg-b's weights (under 1 MiB) with the largest KV cache the host's RAM holds alone (the planner's CPU budget:
+    MemTotal x CPU_MEMORY_FRACTION, less the runtime): less than 1 GiB of that budget is left, and the model
+    serving beside it holds more (vLLM's runtime alone is about 2 GiB)."""
+    mem_total = int(ssh(host, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip()) * 1024
+    space = int((int(mem_total * CPU_MEMORY_FRACTION) - CPU_RUNTIME_BYTES - (1 << 20)) // GIB)
+    return dict(B, name="bg-big", plan=dict(B["plan"], cpu_kv_cache_space_gib=space))
 
 
 def process_of(name: str) -> tuple:
@@ -47,9 +60,9 @@ def scenario(nspawn_ok, tmp_path_factory):
     host_vars = sandbox_inventory(root, (HOST,))[HOST]
     state_dir = host_vars.get("rollout_state_dir", "/var/lib/llmops-vllm")
 
-    def rollout(model):
+    def rollout(model, play="rollout.yml"):
         (root / "host_vars" / ("%s.yml" % HOST)).write_text(yaml.safe_dump(dict(host_vars, vllm_model=model)))
-        return playbook(root, "rollout.yml")
+        return playbook(root, play)
 
     def state():
         return json.loads(ssh(HOST, "cat %s/state.json" % state_dir))
@@ -85,6 +98,8 @@ def scenario(nspawn_ok, tmp_path_factory):
             load.stop()
         out["load"] = {"before": load.summary(None, begin), "a_to_b": load.summary(begin, switched),
                        "b_to_broken": load.summary(switched, None), "all": load.summary()}
+        proc, timings["preview_big"] = rollout(too_big_beside(HOST), "plan.yml")
+        out["big_preview"], out["big_rc"], out["big_state"] = proc.stdout, proc.returncode, state()
         proc, timings["retire"] = playbook(root, "retire.yml", "-e", "retire_model=bg-b")
         assert proc.returncode == 0, proc.stdout[-8000:]
         out["retired_state"], out["proxy_after_retire"] = state(), unit_process(HOST, "llmops-vllm-proxy.service")
@@ -123,6 +138,13 @@ def test_a_broken_b_leaves_the_old_model_serving_with_zero_failed_requests(scena
     assert scenario["b_after_c"] == scenario["b_process"]  # never restarted
     load = scenario["load"]["b_to_broken"]
     assert load["sent"] >= 10 and load["failed"] == 0, load
+
+
+def test_the_plan_chooses_stop_start_when_the_new_model_cannot_fit_beside_the_old(scenario):
+    assert scenario["big_rc"] == 0, scenario["big_preview"][-8000:]
+    assert "swap stop-start: does not fit beside bg-b, which holds" in scenario["big_preview"], scenario["big_preview"][-8000:]
+    assert "RAM but" in scenario["big_preview"] and "bg-b stops first" in scenario["big_preview"]  # why, in the plan's words
+    assert sorted(scenario["big_state"]["models"]) == ["bg-b"]  # a preview changes nothing
 
 
 def test_retiring_the_last_model_behind_the_proxy_stops_it(scenario):
