@@ -9,10 +9,10 @@ __metaclass__ = type
 from typing import Any, Callable, Dict
 
 from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import (read_environment_file, systemd_environment,
-                                                                               systemd_exec, systemd_quote)
+                                                                               systemd_exec, systemd_quote, systemd_value)
 
 
 class FilterModule(object):
     def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"systemd_exec": systemd_exec, "systemd_quote": systemd_quote,
-                "systemd_environment": systemd_environment, "environment_file": read_environment_file}
+                "systemd_environment": systemd_environment, "systemd_value": systemd_value, "environment_file": read_environment_file}
