@@ -8,11 +8,13 @@ __metaclass__ = type
 
 from typing import Any, Callable, Dict
 
-from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import (read_environment_file, systemd_environment,
+from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import (environment_file_text, read_environment_file,
+                                                                               systemd_environment,
                                                                                systemd_exec, systemd_quote, systemd_value)
 
 
 class FilterModule(object):
     def filters(self) -> Dict[str, Callable[..., Any]]:
         return {"systemd_exec": systemd_exec, "systemd_quote": systemd_quote,
-                "systemd_environment": systemd_environment, "systemd_value": systemd_value, "environment_file": read_environment_file}
+                "systemd_environment": systemd_environment, "systemd_value": systemd_value, "environment_file": read_environment_file,
+                "environment_file_text": environment_file_text}

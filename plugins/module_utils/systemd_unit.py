@@ -99,6 +99,11 @@ def environment_file_line(key: str, value: object) -> str:
     return '%s="%s"\n' % (key, text)
 
 
+def environment_file_text(env: Dict[str, object]) -> str:
+    """A whole EnvironmentFile: one environment_file_line per item, sorted."""
+    return "".join(environment_file_line(key, value) for key, value in sorted(env.items()))
+
+
 def read_environment_file(text: str) -> Dict[str, str]:
     """The assignments of an EnvironmentFile (what environment_file_line writes, and plain KEY=value
     lines); comments and blank lines are skipped."""

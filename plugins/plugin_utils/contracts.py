@@ -87,10 +87,11 @@ def plan_layout(plan: Optional[Dict[str, Any]]) -> str:
 
 
 def flag_name(arg: object) -> Optional[str]:
-    """``--x`` of ``--x=value`` (and of ``--x``); None for a value that is not a long option."""
+    """``--x-y`` of ``--x-y=value``, ``--x-y`` and ``--x_y`` (vLLM's parser reads an underscore in a long option
+    as a dash, so every check compares this spelling); None for a value that is not a long option."""
     if not isinstance(arg, str) or not arg.startswith("--") or len(arg) < 3:
         return None
-    return arg.split("=", 1)[0]
+    return arg.split("=", 1)[0].replace("_", "-")
 
 
 def has_flag(vllm: object, flag: str) -> Optional[bool]:

@@ -37,16 +37,77 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import CONTROL_RE
 # pydantic, or the contract's stand-ins when it is missing (the planner then says what to install).
 from ansible_collections.llmops.vllm.plugins.plugin_utils.contracts import (
     PYDANTIC_IMPORT_ERROR, BaseModel, ConfigDict, Field, PlanInputError, PlanRequest, ValidationError,
-    field_validator, model_validator)
+    field_validator, flag_name, model_validator)
 
 NAME_RE = host_state.NAME_RE
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REVISION_POLICIES = ("commit", "tag", "any")
+# vLLM options the plan and the rollout set themselves: in extra_args (appended after the plan's argv, so argparse
+# would let them win) they would silently override the bind address, the port, the served name, the layout or a
+# secret. Each names what owns it. Spellings are normalized first (contracts.flag_name: ``--x_y=v`` is ``--x-y``),
+# and an abbreviation argparse would expand (a prefix of an owned option) is refused too.
+OWNED_OPTIONS = {
+    "--host": "vllm_model.bind", "--uds": "vllm_model.bind and port", "--port": "vllm_model.port",
+    "--served-model-name": "vllm_model.served_model_name", "--model": "vllm_model.repo_id",
+    "--tensor-parallel-size": "vllm_model.plan.tensor_parallel_size",
+    "--data-parallel-size": "vllm_model.plan.data_parallel_size",
+    "--pipeline-parallel-size": "vllm_model.group (the planner's pipeline stages)",
+    "--enable-expert-parallel": "vllm_model.plan.enable_expert_parallel",
+    "--no-enable-expert-parallel": "vllm_model.plan.enable_expert_parallel",
+    "--data-parallel-size-local": "vllm_model.group", "--data-parallel-address": "vllm_model.group",
+    "--data-parallel-rpc-port": "vllm_model.group", "--data-parallel-start-rank": "vllm_model.group",
+    "--data-parallel-rank": "vllm_model.group", "--headless": "vllm_model.group", "--nnodes": "vllm_model.group",
+    "--node-rank": "vllm_model.group", "--master-addr": "vllm_model.group", "--master-port": "vllm_model.group",
+    "--api-key": "rollout_api_key (no_log; a 0600 environment file, never the command line)",
+    "--hf-token": "rollout_hub_token (no_log, never the command line)",
+    "--trust-remote-code": "plan: {trust_remote_code: true} in vllm_model (so the planner knows the checkpoint's own code runs)",
+    "--no-trust-remote-code": "vllm_model.plan.trust_remote_code",
+}
+# vLLM's short aliases of owned options (-tp 4, -tp=4, -tp4).
+OWNED_SHORT_OPTIONS = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size",
+                       "-pp": "--pipeline-parallel-size", "-ep": "--enable-expert-parallel",
+                       "-dpl": "--data-parallel-size-local", "-dpa": "--data-parallel-address",
+                       "-dpr": "--data-parallel-rank", "-dpp": "--data-parallel-rpc-port"}
+SERVED_NAME_MAX = 256
+
+
+def owned_option(arg: str) -> Optional[str]:
+    """The owned option ``arg`` would set (in any spelling vLLM's parser accepts), else None."""
+    flag = flag_name(arg)
+    if flag is None:
+        if arg.startswith("-") and not arg.startswith("--"):
+            return next((long for short, long in sorted(OWNED_SHORT_OPTIONS.items(), key=lambda kv: -len(kv[0]))
+                         if arg.startswith(short)), None)
+        return None
+    if flag in OWNED_OPTIONS:
+        return flag
+    # argparse expands an unambiguous prefix (allow_abbrev): --served-model is --served-model-name.
+    return next((owned for owned in sorted(OWNED_OPTIONS) if len(flag) > 3 and owned.startswith(flag)), None)
+
+
+def control_characters(value: Any, path: str) -> List[str]:
+    """Where a document holds a control character, in any key or string value (``path[key]...``)."""
+    found: List[str] = []
+    if isinstance(value, str):
+        if CONTROL_RE.search(value):
+            found.append("%s: holds a control character (%r); a value cannot span lines or carry control characters"
+                         % (path, CONTROL_RE.search(value).group()))  # type: ignore[union-attr]
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found += control_characters(key, "%s (a key)" % path) if isinstance(key, str) else []
+            found += control_characters(item, "%s.%s" % (path, key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found += control_characters(item, "%s[%d]" % (path, index))
+    return found
+
+
 # Planner choices a host may pin; the rest of PlanRequest is filled in by the rollout itself.
 SWAPS = ("stop-start", "auto", "bluegreen")
 PLAN_OWNED_BY_ROLLOUT = ("model_id", "model_path", "served_model_name", "host", "port", "extra_args", "env")
@@ -83,6 +144,25 @@ class DesiredModel(BaseModel):
     # Behind the host proxy (swap auto or bluegreen) vLLM listens on one of two ports (same address), alternating
     # between rollouts; default port + 10000 and port + 20000.
     slot_ports: List[int] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_line_values(cls, data: Any) -> Any:
+        # Every string of the document ends up in a unit, a command line or a proxy's configuration on the host:
+        # none may carry a line break or another control character (docs/security.md).
+        problems = control_characters(data, "value") if isinstance(data, dict) else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        return data
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_model_name(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _templated(value) and (not value.strip() or len(value) > SERVED_NAME_MAX
+                                                             or value != value.strip()):
+            raise ValueError("must be 1-%d characters without leading or trailing spaces (clients send it as "
+                             "\"model\"), got %r" % (SERVED_NAME_MAX, value[:80]))
+        return value
 
     @field_validator("swap")
     @classmethod
@@ -147,9 +227,12 @@ class DesiredModel(BaseModel):
         if value is None or _templated(value):
             return value
         try:
-            ipaddress.ip_address(value)
+            address = ipaddress.ip_address(value)
         except ValueError:
             raise ValueError("must be an IP address the server listens on, got %r" % value)
+        if getattr(address, "scope_id", None):
+            raise ValueError("%r carries an IPv6 zone id (%%%s): vLLM and the host proxy cannot bind to it; give a "
+                             "global or unique-local address of the host" % (value, address.scope_id))  # type: ignore[attr-defined]
         return value
 
     @field_validator("plan")
@@ -166,12 +249,14 @@ class DesiredModel(BaseModel):
     @classmethod
     def _extra_args(cls, value: List[str]) -> List[str]:
         for arg in value:
-            if arg.split("=", 1)[0] in ("--trust-remote-code", "--no-trust-remote-code"):
-                raise ValueError("%s: set plan: {trust_remote_code: true} instead, so the planner knows the "
-                                 "checkpoint's own code runs (and says which files)" % arg)
-            if arg.split("=", 1)[0] in ("--api-key", "--hf-token"):
-                raise ValueError("%s would put a secret in the unit's command line; set rollout_api_key / "
-                                 "rollout_hub_token (no_log; the API key goes to a 0600 environment file) instead" % arg)
+            owned = owned_option(arg)
+            if owned is None:
+                continue
+            shown = arg.split("=", 1)[0]
+            if owned in ("--api-key", "--hf-token"):
+                raise ValueError("%s would put a secret in the unit's command line; set %s instead" % (shown, OWNED_OPTIONS[owned]))
+            raise ValueError("%s sets %s, which the rollout owns: set %s instead (in extra_args it would silently "
+                             "override the plan)" % (shown, owned, OWNED_OPTIONS[owned]))
         return value
 
     @field_validator("env")
