@@ -95,9 +95,10 @@ def control_characters(value: Any, path: str) -> List[str]:
     """Where a document holds a control character, in any key or string value (``path[key]...``)."""
     found: List[str] = []
     if isinstance(value, str):
-        if CONTROL_RE.search(value):
+        match = CONTROL_RE.search(value)
+        if match:
             found.append("%s: holds a control character (%r); a value cannot span lines or carry control characters"
-                         % (path, CONTROL_RE.search(value).group()))  # type: ignore[union-attr]
+                         % (path, match.group()))
     elif isinstance(value, dict):
         for key, item in value.items():
             found += control_characters(key, "%s (a key)" % path) if isinstance(key, str) else []
@@ -230,9 +231,10 @@ class DesiredModel(BaseModel):
             address = ipaddress.ip_address(value)
         except ValueError:
             raise ValueError("must be an IP address the server listens on, got %r" % value)
-        if getattr(address, "scope_id", None):
+        zone = getattr(address, "scope_id", None)
+        if zone:
             raise ValueError("%r carries an IPv6 zone id (%%%s): vLLM and the host proxy cannot bind to it; give a "
-                             "global or unique-local address of the host" % (value, address.scope_id))  # type: ignore[attr-defined]
+                             "global or unique-local address of the host" % (value, zone))
         return value
 
     @field_validator("plan")
