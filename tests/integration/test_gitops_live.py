@@ -9,10 +9,11 @@ Two checkouts of that repository: main, whose desired state is what llmops-1 ser
 upgrade scenario (apply: the fast path, exit 0, the summary posted to the webhook from Vault, the
 hosts' snapshot kept as the job's artifact), and a pull request that changes llmops-1's desired
 model to tiny-qwen3 (validate, then diff --offline from main's snapshot, whose output both pipelines
-post as a comment). A local HTTP server stands in for the forge's API: comments, notes, and main's
-artifacts. Main's apply runs first (the merge the pull request follows). Each block is run command
-by command (backslash continuations joined); a command the other pipeline already ran in the same
-checkout is not run twice. Beside them, once main's apply has run, the same pull request's diff runs
+post as a comment; they run without the Vault password, which only apply's lines get). A local HTTP
+server stands in for the forge's API: comments, notes, and main's artifacts (and a fork's artifact of
+the same name, which the pull request's diff must not take). Main's apply runs first (the merge the
+pull request follows). Each block is run command by command (backslash continuations joined); a
+command the other pipeline already ran in the same checkout is not run twice. Beside them, once main's apply has run, the same pull request's diff runs
 online, against llmops-1 itself: it must say what the offline one said.
 
 Runs in the llmops1 lane after molecule upgrade (tools/run_tests.sh); alone it first brings
@@ -52,8 +53,14 @@ class Forge(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - the stdlib's name
         github = self.path.startswith("/repos/llmops/inference/actions/artifacts?name=llmops-snapshot")
         if github and self.headers.get("Authorization") == "Bearer gh-token":
-            self.reply(json.dumps({"total_count": 1, "artifacts": [
-                {"name": "llmops-snapshot", "archive_download_url": self.base + "/gh-artifact.zip"}]}).encode(), "application/json")
+            # newest first: a fork's run (its branch also named main) uploaded one of that name too - the
+            # preview must take main's (the fork's URL answers 404)
+            run = {"repository_id": 1, "head_repository_id": 1, "head_branch": "main"}
+            self.reply(json.dumps({"total_count": 2, "artifacts": [
+                {"name": "llmops-snapshot", "expired": False, "archive_download_url": self.base + "/gh-fork-artifact.zip",
+                 "workflow_run": dict(run, head_repository_id=2)},
+                {"name": "llmops-snapshot", "expired": False, "archive_download_url": self.base + "/gh-artifact.zip",
+                 "workflow_run": run}]}).encode(), "application/json")
         elif self.path == "/gh-artifact.zip" and self.headers.get("Authorization") == "Bearer gh-token":
             self.reply(self.zipped(""), "application/zip")  # upload-artifact: the files under the path
         elif self.path == "/api/v4/projects/42/jobs/artifacts/main/download?job=apply" and self.headers.get("JOB-TOKEN") == "job-token":
@@ -175,14 +182,15 @@ CHECKOUT_OF_JOB = {"validate": "pr", "diff": "pr", "apply": "main"}
 JOB_ORDER = ("apply", "validate", "diff")
 
 
-def ci_secrets(forge):
-    """What each CI puts in the environment (its API, the pull request, the secrets)."""
-    return {
-        "VAULT_PASSWORD": VAULT_PASSWORD, "LLMOPS_VLLM_WHEEL": str(next((CONSUMER / "dist").glob("*.whl"))),
+def ci_secrets(forge, job):
+    """What each CI puts in the environment of a job (its API, the pull request, the secrets): the Vault
+    password only in apply's (the pull request's jobs run without it, as the pipelines' trust split says)."""
+    return dict({"VAULT_PASSWORD": VAULT_PASSWORD} if job == "apply" else {}, **{
+        "LLMOPS_VLLM_WHEEL": str(next((CONSUMER / "dist").glob("*.whl"))),
         "GITHUB_TOKEN": "gh-token", "GITHUB_API_URL": forge, "GITHUB_REPOSITORY": "llmops/inference", "PR_NUMBER": "7",
         "GITLAB_TOKEN": "gl-token", "CI_API_V4_URL": forge + "/api/v4", "CI_PROJECT_ID": "42", "CI_MERGE_REQUEST_IID": "7",
         "CI_JOB_TOKEN": "job-token", "CI_DEFAULT_BRANCH": "main",
-    }
+    })
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +213,7 @@ def pipelines(checkouts, forge):
                     outcomes.append((line, 0, "(ran in the other pipeline)"))
                     continue
                 proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", line], cwd=str(repo), capture_output=True,
-                                      text=True, env=clean_env(**dict(env, **ci_secrets(forge))), timeout=1800, check=False)
+                                      text=True, env=clean_env(**dict(env, **ci_secrets(forge, job))), timeout=1800, check=False)
                 outcomes.append((line, proc.returncode, proc.stdout + proc.stderr))
                 if proc.returncode == 0:
                     done.add((line, repo))
@@ -245,9 +253,9 @@ def test_the_merge_applies_with_exit_0_and_notifies_the_webhook(pipelines, check
     assert summary["exit_code"] == 0 and summary["hosts"]["llmops-1"]["outcome"] == "unchanged"
     assert summary["webhook"] == {"posted": True, "error": None}
     hooks = [post for post in Forge.posts if post["path"] == "/hooks/" + HOOK_TOKEN]
-    # one apply (the merge) and one offline diff (the pull request): the pipelines' same commands ran
-    # once; and the test's own online diff
-    assert sorted(hook["body"]["command"] for hook in hooks) == ["apply", "diff", "diff"]
+    # one apply (the merge; the pipelines' same command ran once) and the test's own online diff: the pull
+    # request's offline diff runs without the Vault, so it notifies no webhook (its URL is in the Vault)
+    assert sorted(hook["body"]["command"] for hook in hooks) == ["apply", "diff"]
     assert [hook["body"]["run_id"] for hook in hooks if hook["body"]["command"] == "apply"] == [summary["run_id"]]
     assert pipelines["online"]["run_id"] in [hook["body"]["run_id"] for hook in hooks]
     # the runner's artifacts are where the pipelines upload them from, without the webhook's secret
