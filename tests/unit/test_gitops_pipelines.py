@@ -613,10 +613,11 @@ def forge():
         pytest.skip("curl is not installed")
     Forge.requests = []
     server = http.server.HTTPServer(("127.0.0.1", 0), Forge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     Forge.base = "http://127.0.0.1:%d" % server.server_port
     yield Forge.base
     server.shutdown()
+    server.server_close()
 
 
 def fetch_lines(lines: List[str]) -> List[str]:
