@@ -3,22 +3,27 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a fleet load balancer serves, from the inventory (role llmops.vllm.lb): one backend per served model
 name, one server per host that serves it. The rollout's drain and enable steps and the rendered HAProxy
-configuration take their names from here, so they always agree."""
+configuration take their names from here, so they always agree.
+
+The HAProxy sink filters (module_utils/haproxy.py): every expression of the role's *.cfg.j2 templates ends in
+one of haproxy_identifier (names HAProxy declares), haproxy_quote (any other argument) and haproxy_address
+(host:port)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import re
+import json
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmops.vllm.plugins.module_utils.haproxy import haproxy_address, haproxy_identifier, haproxy_quote
 
-def lb_backend_name(served_model_name: str) -> str:
-    """The backend of a served model name: vllm_<name>, characters HAProxy does not take in a name as _."""
-    if not served_model_name:
-        raise AnsibleFilterError("lb_backend_name: a served model name is needed")
-    return "vllm_" + re.sub(r"[^A-Za-z0-9_.:-]", "_", str(served_model_name))
+
+def lb_models_entry(served_model_name: str) -> str:
+    """What vLLM's GET /v1/models answer holds for a served model name: ``"id":`` and the name as JSON the way
+    Starlette writes it (UTF-8, not \\u-escaped, no space after the colon) - the health check's expected string."""
+    return '"id":' + json.dumps(str(served_model_name), ensure_ascii=False)
 
 
 def host_models(hostvars: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -50,7 +55,15 @@ def lb_services(hostvars: Mapping[str, Mapping[str, Any]], hosts: Sequence[str])
                 continue
             served = model.get("served_model_name") or model["name"]
             services.setdefault(served, []).append({"name": host, "address": address, "port": int(model.get("port") or 8000)})
-    return [{"name": name, "backend": lb_backend_name(name), "servers": servers} for name, servers in sorted(services.items())]
+    backends: Dict[str, str] = {}
+    for name in services:
+        backend = haproxy_identifier(name)
+        other = backends.setdefault(backend, name)
+        if other != name:
+            # only a name spelled like another's identifier gets here (org_chat_<its hash> beside org/chat)
+            raise AnsibleFilterError("lb_services: the served model names %r and %r both map to HAProxy backend %s; "
+                                     "rename one of them" % (other, name, backend))
+    return [{"name": name, "backend": haproxy_identifier(name), "servers": servers} for name, servers in sorted(services.items())]
 
 
 def proxy_seats(models: Mapping[str, Mapping[str, Any]], without: Sequence[str] = (), seat: Any = None) -> List[Dict[str, Any]]:
@@ -74,5 +87,6 @@ def proxy_seats(models: Mapping[str, Mapping[str, Any]], without: Sequence[str] 
 
 class FilterModule(object):
     def filters(self) -> Dict[str, Callable[..., Any]]:
-        return {"lb_address": lb_address, "lb_backend_name": lb_backend_name, "lb_services": lb_services,
-                "proxy_seats": proxy_seats}
+        return {"lb_address": lb_address, "lb_services": lb_services, "lb_models_entry": lb_models_entry,
+                "proxy_seats": proxy_seats, "haproxy_identifier": haproxy_identifier, "haproxy_quote": haproxy_quote,
+                "haproxy_address": haproxy_address}

@@ -28,11 +28,17 @@ options:
     type: path
     required: true
   backend:
-    description: The backend (one per model served name in the collection's config, C(vllm_<served name>)).
+    description:
+      - The backend (one per model served name in the collection's config, C(llmops.vllm.haproxy_identifier) of the
+        served name - C(vllm_<served name>) for a name of letters, digits and C(_.:-)).
+      - Only HAProxy's name characters (letters, digits and C(_.:-)); any other is refused before HAProxy is
+        reached, as the runtime API would read C(;) or a line break as another command.
     type: str
     required: true
   server:
-    description: The server in O(backend) (one per host in the collection's config, its inventory name).
+    description:
+      - The server in O(backend) (one per host in the collection's config, its inventory name).
+      - Only HAProxy's name characters, as O(backend).
     type: str
     required: true
   state:
@@ -55,7 +61,9 @@ options:
     type: float
     default: 1.0
   address:
-    description: Point the server at this address first (the model moved to another port or address).
+    description:
+      - Point the server at this address first (the model moved to another port or address).
+      - An IP address; only HAProxy's name characters, as O(backend).
     type: str
   port:
     description: The port with O(address).
@@ -174,6 +182,13 @@ def main():
     )
     p = module.params
     backend, name, state, where = p["backend"], p["server"], p["state"], p["socket"]
+    try:
+        # the commands this run may send, built before HAProxy is reached: a name the runtime API would split is refused
+        haproxy.runtime_command("set server", backend, name, state=state)
+        if p["address"]:
+            haproxy.runtime_command("set server", backend, name, addr=p["address"], port=p["port"] or None)
+    except haproxy.HaproxyError as exc:
+        module.fail_json(msg="haproxy_server: %s" % exc, before=None, after=None, waited_s=0.0, serving_elsewhere=[])
     try:
         found = haproxy.servers(where, backend)
     except haproxy.HaproxyError as exc:

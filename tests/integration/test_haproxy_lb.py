@@ -23,13 +23,15 @@ import pytest
 from ansible.errors import AnsibleFilterError
 import yaml
 
-from ansible_collections.llmops.vllm.plugins.filter.lb import lb_address, lb_backend_name, lb_services, proxy_seats
+from ansible_collections.llmops.vllm.plugins.filter.lb import haproxy_identifier, lb_address, lb_services, proxy_seats
 from ansible_collections.llmops.vllm.plugins.module_utils import haproxy
 
 pytestmark = pytest.mark.ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+# host c's served name: one that vLLM accepts and that broke the configuration before issue 38
+OTHER = 'org/other "v2"'
 
 
 class FakeVllm(ThreadingHTTPServer):
@@ -45,7 +47,8 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def answer(self, body, status=200):
-        data = json.dumps(body, separators=(",", ":")).encode()
+        # as vLLM's answers (Starlette's JSONResponse): UTF-8, no spaces
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -98,12 +101,12 @@ class Balancer:
         if shutil.which("haproxy") is None:
             pytest.fail("haproxy is not installed: apt-get install haproxy (tools/run_tests.sh installs it)")
         self.tmp, self.port, self.socket = tmp_path, free_port(), tmp_path / "admin.sock"
-        self.backends = {"a": FakeVllm("chat", delay=0.0), "b": FakeVllm("chat", delay=0.0), "c": FakeVllm("other")}
+        self.backends = {"a": FakeVllm("chat", delay=0.0), "b": FakeVllm("chat", delay=0.0), "c": FakeVllm(OTHER)}
         for server in self.backends.values():
             threading.Thread(target=server.serve_forever, daemon=True).start()
         inventory = tmp_path / "inventory"
         (inventory / "host_vars").mkdir(parents=True)
-        hosts = {"a": "chat", "b": "chat", "c": "other"}
+        hosts = {"a": "chat", "b": "chat", "c": OTHER}
         (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": dict.fromkeys(hosts)}}}}))
         for host, served in hosts.items():
             (inventory / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump({
@@ -166,7 +169,8 @@ def test_services_from_the_inventory():
             {"name": "h1", "address": "10.0.0.1", "port": 8000}, {"name": "h3", "address": "h3", "port": 8000}]},
         {"name": "g", "backend": "vllm_g", "servers": [{"name": "h5", "address": "h5", "port": 9000}]},
     ]
-    assert lb_backend_name("meta-llama/Llama 3") == "vllm_meta-llama_Llama_3"
+    # a served name outside HAProxy's name characters: its sanitized name and a hash of the exact name (issue 38)
+    assert haproxy_identifier("meta-llama/Llama 3").startswith("vllm_meta-llama_Llama_3_")
     # the soak's baseline and the rollout's own address come from the same rule as the servers above
     assert [lb_address(hostvars[h], h) for h in ("h1", "h2", "h3")] == ["10.0.0.1", "10.0.0.2", "h3"]
     assert lb_address({"lb_address": "10.0.0.9", "ansible_host": "10.0.0.1"}, "h9") == "10.0.0.9"
@@ -202,7 +206,8 @@ def test_config_routing_drain_and_enable(lb, tmp_path):
     rendered = lb.render()
     assert rendered.returncode == 0, rendered.stdout + rendered.stderr
     text = lb.config.read_text()
-    assert "backend vllm_chat" in text and "backend vllm_other" in text and 'http-check expect string "\\"id\\":\\"chat\\""' in text
+    assert "backend vllm_chat" in text and "backend %s" % haproxy_identifier(OTHER) in text
+    assert 'http-check expect string "\\"id\\":\\"chat\\""' in text
     again = lb.render()
     assert "changed=0" in again.stdout, again.stdout
     lb.start()
@@ -211,7 +216,7 @@ def test_config_routing_drain_and_enable(lb, tmp_path):
     up = server_task(tmp_path, lb, "up", {"backend": "vllm_chat", "server": "a", "state": "ready", "timeout": 20})
     assert up["after"]["status"] == "UP" and not up["changed"], up
     server_task(tmp_path, lb, "up-b", {"backend": "vllm_chat", "server": "b", "state": "ready", "timeout": 20})
-    assert lb.complete("other") == "port %d" % lb.backends["c"].server_address[1]
+    assert lb.complete(OTHER) == "port %d" % lb.backends["c"].server_address[1]
     chat_ports = {lb.complete() for _request in range(10)}
     assert chat_ports == {"port %d" % lb.backends[h].server_address[1] for h in ("a", "b")}
 
