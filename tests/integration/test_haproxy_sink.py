@@ -128,7 +128,10 @@ class Haproxy:
 
     def __enter__(self):
         checked = self.check()
-        assert checked.returncode == 0, checked.stdout + checked.stderr + self.config.read_text()
+        if checked.returncode != 0:
+            text = self.config.read_text()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise AssertionError("haproxy -c refused the configuration: %s\n%s" % (checked.stdout + checked.stderr, text))
         self.process = subprocess.Popen(["haproxy", "-db", "-f", str(self.config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         return self
 
