@@ -17,7 +17,13 @@ half-downloaded or silently corrupted checkpoint must never look complete. One v
 
 Verification does not trust huggingface_hub's own checks (it has reported success on a bad blob,
 huggingface_hub#3643, and resumes unreliably, #4196): LFS files are hashed against the sha256 the
-hub's tree lists for the commit, other files against their size and git blob sha1.
+hub's tree lists for the commit, other files against their size and git blob sha1 (a file listed
+with neither is refused before anything is written).
+
+The hub is not trusted (docs/security.md): the commit it answers passes ``checked_commit`` before any
+use, every path built from its answers (the commit, each listed file, a manifest read back) passes
+``paths.path_inside`` under its root (``default_dest``, ``dest_path``), and a listing with a file it
+gives no checksum for is refused (``checked_remote_files``).
 
 Everything but the network part is plain functions on plain data, standard library only, so unit
 tests need neither Ansible nor huggingface_hub. The network part (``Hub``) imports huggingface_hub
@@ -46,7 +52,7 @@ import time
 from typing import (Any, BinaryIO, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, TextIO, Tuple,
                     TypedDict, TypeVar, Union, cast)
 
-from ansible_collections.llmops.vllm.plugins.module_utils import host_state
+from ansible_collections.llmops.vllm.plugins.module_utils import host_state, paths
 
 MANIFEST_NAME = ".llmops-manifest.json"
 PARTIAL_DIR = ".llmops-partial"
@@ -66,7 +72,10 @@ HASH_CHUNK = 8 << 20
 PROGRESS_INTERVAL = 1.0
 RATE_WINDOW = 10.0
 
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# A commit, a git blob id (sha1) and an LFS sha256, exactly (fullmatch: "$" would allow a trailing newline).
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+BLOB_ID_RE = COMMIT_RE
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -160,15 +169,39 @@ def validate_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def is_commit(revision: Optional[str]) -> bool:
-    """A full commit sha pins the version by itself: no network is needed to know which one it is."""
-    return bool(revision) and COMMIT_RE.match(cast(str, revision)) is not None
+def is_commit(revision: Any) -> bool:
+    """A full commit sha (exactly 40 lower-case hex characters) pins the version by itself: no network
+    is needed to know which one it is."""
+    return isinstance(revision, str) and COMMIT_RE.fullmatch(revision) is not None
+
+
+def checked_commit(value: Any, what: str) -> str:
+    """``value`` when it is a commit (exactly 40 lower-case hex characters), else HubError.
+
+    Every commit a hub answers passes here before any use: it becomes a directory level under
+    models_root, the manifest's and the result's ``commit`` and, through the rollout, a line of the
+    unit. ``what`` says whose answer it is, e.g. "the commit the hub at URL answered for ORG/NAME@main".
+    """
+    if is_commit(value):
+        return cast(str, value)
+    raise HubError("%s is %r, not a commit (exactly 40 lower-case hexadecimal characters): it was not used, nothing "
+                   "was written. Check that the endpoint is a Hugging Face compatible hub you trust, or pin "
+                   "revision to the full commit sha" % (what, value))
+
+
+def _inside(root: str, *parts: str, what: str) -> str:
+    """paths.path_inside with its refusal as a HubError (what the module reports)."""
+    try:
+        return paths.path_inside(root, *parts, what=what)
+    except paths.PathError as exc:
+        raise HubError(str(exc))
 
 
 def default_dest(models_root: str, repo_id: str, commit: str) -> str:
     """<models_root>/<org>/<name>/<commit>: one directory per version, so a revert needs no download."""
     org, name = validate_repo_id(repo_id).split("/")
-    return os.path.join(models_root, org, name, commit)
+    return _inside(models_root, org, name, checked_commit(commit, "the commit of %s" % repo_id),
+                   what="the version directory of %s" % repo_id)
 
 
 def progress_path(dest: str) -> str:
@@ -177,26 +210,30 @@ def progress_path(dest: str) -> str:
 
 
 def manifest_path(dest: str) -> str:
-    return os.path.join(dest, MANIFEST_NAME)
+    return _inside(dest, MANIFEST_NAME, what="the manifest")
 
 
 def partial_dir(dest: str) -> str:
-    return os.path.join(dest, PARTIAL_DIR)
+    return _inside(dest, PARTIAL_DIR, what="the work area of the fetch")
+
+
+def dest_path(dest: str, relpath: Any, what: str = "the hub's file path") -> str:
+    """Where one file of the version lives: dest/relpath, refused (HubError) when it would leave dest
+    (``..``, an absolute path, a symlink out: paths.path_inside) or land on the bookkeeping files.
+
+    For every file name that comes from the hub's listing or from a manifest read back: a hostile or
+    broken hub listing ``../x`` or ``/etc/x`` must not write outside the model directory.
+    """
+    if isinstance(relpath, str) and relpath.split("/")[0] in (MANIFEST_NAME, PARTIAL_DIR):
+        raise HubError("%s %r would land on the bookkeeping files of %s; refusing to fetch this repository"
+                       % (what, relpath, dest))
+    return _inside(dest, relpath, what=what)
 
 
 def part_path(dest: str, relpath: str) -> str:
-    return os.path.join(partial_dir(dest), relpath + ".part")
-
-
-def safe_relpath(path: str) -> str:
-    """A hub file path as a relative path that stays inside dest; a hostile or broken hub listing
-    ``../x`` or ``/etc/x`` must not write outside the model directory."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-            or parts[0] in (MANIFEST_NAME, PARTIAL_DIR):
-        raise HubError("the hub listed the file path %r, which would land outside the model directory "
-                       "or on its bookkeeping files; refusing to fetch this repository" % (path,))
-    return os.path.join(*parts)
+    """The partial download of one file, inside dest's work area."""
+    dest_path(dest, relpath)
+    return _inside(partial_dir(dest), relpath + ".part", what="the partial download of the hub's file path")
 
 
 def sanitize_endpoint(endpoint: Optional[str]) -> str:
@@ -244,10 +281,9 @@ def resolve_commit_http(endpoint: Optional[str], repo_id: str, revision: str, to
         raise HubError("%s is not a valid URL" % shown)
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         raise HubError("%s: %s" % (shown, getattr(exc, "reason", exc)))
-    sha = document.get("sha") if isinstance(document, dict) else None
-    if not is_commit(sha):
+    if not isinstance(document, dict) or not document.get("sha"):
         raise HubError("%s gave no commit sha" % shown)
-    return cast(str, sha)
+    return checked_commit(document["sha"], "the commit %s answered" % shown)
 
 
 def filter_paths(paths: Iterable[str], allow_patterns: Optional[Sequence[str]] = None,
@@ -298,8 +334,13 @@ def git_blob_sha1_bytes(data: bytes) -> str:
 def verification_problem(path: str, remote: RemoteFile) -> Tuple[Optional[str], Optional[Digests]]:
     """None when the file at path is the hub's file, else what is wrong (and the digests either way).
 
-    Size first: it is free and catches truncation; then the hub's own checksum.
+    Size first: it is free and catches truncation; then the hub's own checksum - the sha256 of an LFS
+    file, the git blob sha1 of any other. A file the hub gives neither for is never good: its size
+    alone would pass a corrupt file (checked_remote_files refuses such a listing before any download).
     """
+    if not remote.get("lfs_sha256") and not remote.get("blob_id"):
+        return ("%s: the hub lists neither a sha256 nor a git blob id for it, so it cannot be verified"
+                % remote["path"], None)
     try:
         size = os.path.getsize(path)
     except OSError as exc:
@@ -311,11 +352,40 @@ def verification_problem(path: str, remote: RemoteFile) -> Tuple[Optional[str], 
         if digests["sha256"] != remote["lfs_sha256"]:
             return ("%s: sha256 %s, the hub lists %s for this commit" % (remote["path"], digests["sha256"],
                                                                          remote["lfs_sha256"]), digests)
-    elif remote.get("blob_id") and digests["git_blob_sha1"] != remote["blob_id"]:
+    elif digests["git_blob_sha1"] != remote["blob_id"]:
         problem = "%s: git blob sha1 %s, the hub lists %s for this commit" % (
             remote["path"], digests["git_blob_sha1"], remote["blob_id"])
         return problem, digests
     return None, digests
+
+
+def checked_remote_files(files: Iterable[RemoteFile], repo_id: str, commit: str, dest: str,
+                         endpoint: Optional[str] = None) -> List[RemoteFile]:
+    """The hub's listing of a commit, refused as a whole (HubError naming the file and the value) unless
+    every file is one we can place and verify: its path inside dest (dest_path), its size a byte count,
+    its checksums well-formed, and a checksum at all - the sha256 of an LFS file or the git blob id of
+    any other. Called on the listing before anything is planned or written."""
+    where = "%s@%s%s" % (repo_id, commit, " at %s" % sanitize_endpoint(endpoint) if endpoint else "")
+    checked: List[RemoteFile] = []
+    for remote in files:
+        dest_path(dest, remote.get("path"), what="the hub's file path in %s" % where)
+        size = remote.get("size")
+        problem = None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            problem = "a size of %r bytes" % (size,)
+        elif remote.get("lfs_sha256") is not None and not SHA256_RE.fullmatch(str(remote["lfs_sha256"])):
+            problem = "the LFS sha256 %r (expected 64 lower-case hex characters)" % (remote["lfs_sha256"],)
+        elif remote.get("blob_id") is not None and not BLOB_ID_RE.fullmatch(str(remote["blob_id"])):
+            problem = "the git blob id %r (expected 40 lower-case hex characters)" % (remote["blob_id"],)
+        elif remote.get("lfs_sha256") is None and remote.get("blob_id") is None:
+            problem = ("neither a sha256 nor a git blob id, so the file could not be verified (its size alone "
+                       "would pass a corrupt file)")
+        if problem:
+            raise HubError("the hub lists %s of %s with %s; refusing to fetch this version: nothing was written. "
+                           "Check that the endpoint is a Hugging Face compatible hub you trust"
+                           % (remote["path"], where, problem), file=remote["path"])
+        checked.append(remote)
+    return checked
 
 
 # ----------------------------------------------------------------------------- JSON files
@@ -362,11 +432,20 @@ def utc_now() -> str:
 
 
 def read_manifest(dest: str) -> Optional[Json]:
-    """The manifest of dest, or None when there is none or it is not one of ours."""
+    """The manifest of dest, or None when there is none or it is not one of ours - including one that
+    lists a file outside dest (the service user may own dest, and root chowns and hashes what a
+    manifest lists)."""
     manifest = read_json(manifest_path(dest))
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
             or not isinstance(manifest.get("files"), list):
         return None
+    for entry in manifest["files"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
+            return None
+        try:
+            dest_path(dest, entry.get("path"), what="a file path the manifest lists")
+        except HubError:
+            return None
     return manifest
 
 
@@ -404,6 +483,9 @@ def manifest_problems(manifest: Optional[Json], dest: str, repo_id: str, commit:
     Reads no file content (a full re-hash is ``verify: sha256``).
     """
     if manifest is None:
+        if os.path.lexists(manifest_path(dest)):
+            return ["the manifest %s is not one hf_model wrote (unreadable, another format, or a file path outside "
+                    "%s): the version is fetched and verified again" % (manifest_path(dest), dest)]
         return ["no manifest (%s): the version is absent or its fetch did not finish" % manifest_path(dest)]
     problems: List[str] = []
     if manifest.get("repo_id") != repo_id or manifest.get("commit") != commit:
@@ -413,7 +495,7 @@ def manifest_problems(manifest: Optional[Json], dest: str, repo_id: str, commit:
             or list(manifest.get("ignore_patterns") or []) != list(ignore_patterns or []):
         problems.append("the manifest was written for other allow/ignore patterns")
     for entry in manifest.get("files", []):
-        path = os.path.join(dest, entry["path"])
+        path = dest_path(dest, entry["path"], what="a file path the manifest lists")
         try:
             size = os.path.getsize(path)
         except OSError:
@@ -432,7 +514,7 @@ def manifest_rehash(manifest: Json, dest: str, workers: int = 4) -> Dict[str, st
     entries = manifest.get("files", [])
 
     def check(entry: Json) -> Tuple[str, Optional[str]]:
-        path = os.path.join(dest, entry["path"])
+        path = dest_path(dest, entry["path"], what="a file path the manifest lists")
         try:
             digest = file_digests(path)["sha256"]
         except OSError as exc:
@@ -461,15 +543,15 @@ def scan_local(dest: str, remote_files: Iterable[RemoteFile]) -> Dict[str, Local
     """What is on disk for each remote file: final file size/mtime and resumable partial bytes."""
     local: Dict[str, LocalFile] = {}
     for remote in remote_files:
-        rel = safe_relpath(remote["path"])
+        final = dest_path(dest, remote["path"])
         entry: LocalFile = {"final_size": None, "final_mtime_ns": None, "part_size": 0}
         try:
-            st = os.stat(os.path.join(dest, rel))
+            st = os.stat(final)
             entry["final_size"], entry["final_mtime_ns"] = st.st_size, st.st_mtime_ns
         except OSError:
             pass
         try:
-            entry["part_size"] = os.path.getsize(part_path(dest, rel))
+            entry["part_size"] = os.path.getsize(part_path(dest, remote["path"]))
         except OSError:
             pass
         local[remote["path"]] = entry
@@ -737,15 +819,16 @@ def dir_mode(file_mode: int) -> int:
 def attribute_targets(dest: str, relpaths: Iterable[str], file_mode: int) -> List[Tuple[str, int]]:
     """(path, mode) for dest, the directories below it that hold model files, every file and the
     manifest: everything the service user must be able to read. The module sets owner, group and
-    these modes with AnsibleModule.set_fs_attributes_if_different."""
+    these modes with AnsibleModule.set_fs_attributes_if_different (as root: every path is checked to
+    stay inside dest, see dest_path)."""
     directories = {dest}
     for rel in relpaths:
         parent = os.path.dirname(rel)
         while parent:
-            directories.add(os.path.join(dest, parent))
+            directories.add(dest_path(dest, parent))
             parent = os.path.dirname(parent)
     targets = [(d, dir_mode(file_mode)) for d in sorted(directories)]
-    targets += [(os.path.join(dest, rel), file_mode) for rel in sorted(relpaths)]
+    targets += [(dest_path(dest, rel), file_mode) for rel in sorted(relpaths)]
     targets.append((manifest_path(dest), file_mode))
     return targets
 
@@ -1061,27 +1144,29 @@ class Hub:
         if not info.sha:
             raise HubError("the hub at %s returned no commit for %s@%s; it is not a Hugging Face compatible hub"
                            % (sanitize_endpoint(self.endpoint), repo_id, revision))
-        return cast(str, info.sha)
+        return checked_commit(info.sha, "the commit the hub at %s answered for %s@%s"
+                              % (sanitize_endpoint(self.endpoint), repo_id, revision))
 
     def list_files(self, repo_id: str, commit: str) -> List[RemoteFile]:
-        """Every file of the commit with its size and checksums, from the hub's tree API."""
+        """Every file of the commit with its size and checksums, from the hub's tree API, as the hub
+        answered them: checked_remote_files checks them before any use."""
         try:
             entries = list(self.api.list_repo_tree(repo_id, revision=commit, recursive=True))
         except Exception as exc:
             raise HubError(self.describe(exc, repo_id, commit))
         files: List[RemoteFile] = []
         for entry in entries:
-            if getattr(entry, "blob_id", None) is None and getattr(entry, "size", None) is None:
-                continue  # a folder
+            if type(entry).__name__ == "RepoFolder":
+                continue
             lfs = getattr(entry, "lfs", None)
             lfs_sha256 = getattr(lfs, "sha256", None) if lfs is not None else None
             if lfs_sha256 is None and isinstance(lfs, dict):
                 lfs_sha256 = lfs.get("sha256") or lfs.get("oid")
             size = getattr(lfs, "size", None) if lfs is not None else None
-            files.append({"path": entry.path, "size": int(size if size is not None else entry.size),
+            files.append({"path": entry.path, "size": size if size is not None else entry.size,
                           "blob_id": getattr(entry, "blob_id", None), "lfs_sha256": lfs_sha256,
                           "xet": bool(getattr(entry, "xet_hash", None))})
-        return sorted(files, key=lambda f: f["path"])
+        return sorted(files, key=lambda f: str(f["path"]))
 
     def headers(self) -> Dict[str, str]:
         from huggingface_hub.utils import build_hf_headers
@@ -1188,7 +1273,7 @@ class Fetch:
 
     def record(self, relpath: str, digests: Digests) -> None:
         """Remember a verified file (size, mtime, digests) so a resumed fetch need not re-hash it."""
-        final = os.path.join(self.dest, safe_relpath(relpath))
+        final = dest_path(self.dest, relpath)
         st = os.stat(final)
         with self.record_lock:
             self.digests[relpath] = digests
@@ -1198,8 +1283,7 @@ class Fetch:
 
     def place(self, relpath: str, source: str) -> None:
         """Give the verified file its attributes, then rename it into dest (atomic on one filesystem)."""
-        rel = safe_relpath(relpath)
-        final = os.path.join(self.dest, rel)
+        final = dest_path(self.dest, relpath)
         parent = os.path.dirname(final)
         if not os.path.isdir(parent):
             os.makedirs(parent, exist_ok=True)
@@ -1217,7 +1301,7 @@ class Fetch:
         """A final file without a record (e.g. left by a run that died right after renaming it):
         hash it; keep it if good, else delete it and fetch it."""
         remote = self.remote[relpath]
-        final = os.path.join(self.dest, safe_relpath(relpath))
+        final = dest_path(self.dest, relpath)
         problem, digests = verification_problem(final, remote)
         if problem is None:
             self.record(relpath, cast(Digests, digests))
@@ -1230,10 +1314,9 @@ class Fetch:
 
     def fetch(self, relpath: str) -> None:
         remote = self.remote[relpath]
-        rel = safe_relpath(relpath)
-        part = part_path(self.dest, rel)
+        part = part_path(self.dest, relpath)
         os.makedirs(os.path.dirname(part), mode=0o700, exist_ok=True)
-        final = os.path.join(self.dest, rel)
+        final = dest_path(self.dest, relpath)
         if os.path.exists(final):
             os.unlink(final)  # a wrong-sized leftover: it never stays next to verified files
         self.progress.begin(relpath)

@@ -24,6 +24,11 @@ description:
     own checks. A file that fails is deleted and fetched once more; failing twice fails the task naming the
     file. The manifest C(dest/.llmops-manifest.json) (repo, commit, files, sizes, sha256, time) is written
     only when every file verified, so a partial or corrupt download is never reported complete.
+  - The hub's answers are not trusted. The commit it resolves a revision to must be exactly 40 lower-case
+    hex characters, and every path built from its answers - the version directory, each file it lists, a
+    manifest read back - must stay inside its root once symlinks are resolved. A listing with a file the hub
+    gives neither a sha256 nor a git blob id for (which only its size could check) is refused. Each refusal
+    names the repository and the value and comes before anything is written.
   - An interrupted fetch resumes. Files already verified are kept (and not re-hashed), partial files are
     continued with an HTTP Range request where the hub honours it (the public hub does; a hub that ignores
     Range makes that one file start over). Files stored in Xet go through hf_xet when it is installed.
@@ -166,12 +171,25 @@ options:
     description:
       - Where the progress JSON is written while fetching. Default C(<dest>.llmops-progress.json).
     type: path
+  preview_fetch:
+    description:
+      - In check mode, a version that O(dest) does not hold complete is still fetched and verified - into a new
+        temporary directory (RV(preview_dir), mode 0700), not into O(dest) - so that a preview can read its
+        files. RV(path) is then the version's directory inside it. The caller removes RV(preview_dir) when it
+        has read them. Nothing else is written; a failed preview fetch removes its directory itself.
+      - For a few small files (O(allow_patterns) such as C(*.json)); the rollout's preflight reads the model's
+        JSON files this way, so that C(playbooks/plan.yml) writes nothing on the host.
+      - Ignored outside check mode, and when O(dest) holds the version complete (RV(path) is O(dest)).
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Reports what would be fetched (files, bytes), the disk check and what would be pruned, and
       changes nothing.
     support: full
-    details: Resolving the revision and listing the files still need the hub, as in a real run.
+    details:
+      - Resolving the revision and listing the files still need the hub, as in a real run.
+      - With O(preview_fetch), the files are fetched into a temporary directory the caller removes.
   diff_mode:
     description: Shows the version in dest before and after (C(absent) -> C(org/name@commit)).
     support: full
@@ -366,6 +384,12 @@ network:
   returned: always
   type: bool
   sample: false
+preview_dir:
+  description: With O(preview_fetch) in check mode, the temporary directory the version was fetched into (RV(path)
+    is inside it); remove it when done.
+  returned: in check mode with O(preview_fetch) when O(dest) did not hold the version complete
+  type: str
+  sample: /tmp/llmops-vllm-preview.k2j4x9
 actions:
   description: What the run did (or would do, in check mode), in words.
   returned: always
@@ -376,6 +400,7 @@ actions:
 
 import os
 import shutil
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -516,7 +541,8 @@ class HfModel(object):
 
     def fetch(self, commit, dest, manifest, corrupt, progress_file):
         client = self.hub()
-        listed = client.list_files(self.repo_id, commit)
+        listed = hub.checked_remote_files(client.list_files(self.repo_id, commit), self.repo_id, commit, dest,
+                                          self.endpoint)
         wanted = hub.filter_paths([f['path'] for f in listed], self.allow, self.ignore)
         if not wanted:
             raise hub.HubError("allow_patterns %s / ignore_patterns %s match none of the %d files of %s@%s (%s); "
@@ -551,8 +577,25 @@ class HfModel(object):
         self.diff(dest, before, after)
         self.result['changed'] = True
         if self.module.check_mode:
+            if self.params['preview_fetch']:
+                self.preview(commit, remote)
             return
         self.download(commit, dest, remote, plan, stale, verified, progress_file)
+
+    def preview(self, commit, remote):
+        """preview_fetch in check mode: the version fetched and verified into a new temporary directory for
+        the caller to read and remove, as a real fetch would into dest; removed again when it fails."""
+        scratch = tempfile.mkdtemp(prefix='llmops-vllm-preview.')
+        try:
+            dest = os.path.join(scratch, 'version')
+            progress_file = os.path.join(scratch, 'progress.json')
+            plan = hub.plan_fetch(remote, hub.scan_local(dest, remote), {})
+            self.download(commit, dest, remote, plan, [], {}, progress_file)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        self.actions.append('fetched into %s for the preview (remove it when read)' % scratch)
+        self.result.update(path=dest, manifest=hub.manifest_path(dest), progress_file=progress_file, preview_dir=scratch)
 
     def free(self, dest):
         """Free bytes for dest: O(free_bytes) when given (an offline preview), else its filesystem's."""
@@ -588,7 +631,7 @@ class HfModel(object):
         try:
             for path in stale:
                 try:
-                    os.unlink(os.path.join(dest, hub.safe_relpath(path)))
+                    os.unlink(hub.dest_path(dest, path, what='a file path the manifest lists'))
                 except OSError:
                     pass
             fetch = hub.Fetch(client_or_fail(self.client), self.repo_id, commit, dest, remote, progress, self.file_mode,
@@ -681,7 +724,7 @@ def records_from_manifest(manifest, dest):
     records = {}
     for entry in manifest.get('files', []):
         try:
-            st = os.stat(os.path.join(dest, entry['path']))
+            st = os.stat(hub.dest_path(dest, entry['path'], what='a file path the manifest lists'))
         except OSError:
             continue
         if st.st_size == entry['size'] and st.st_mtime_ns <= written_ns:
@@ -734,6 +777,7 @@ def main():
             free_bytes=dict(type='int'),
             max_workers=dict(type='int', default=8),
             progress_file=dict(type='path'),
+            preview_fetch=dict(type='bool', default=False),
         ),
         mutually_exclusive=[('token', 'token_file')],
         supports_check_mode=True,

@@ -715,6 +715,7 @@ class HfModelResult(_Result):
     progress_file: Optional[str] = None
     transfers: Dict[str, int] = Field(default_factory=dict)
     network: bool = False
+    preview_dir: Optional[str] = None
     actions: List[str] = Field(default_factory=list)
 
 

@@ -11,10 +11,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from ansible_collections.llmops.vllm.plugins.module_utils import hub
+from ansible_collections.llmops.vllm.plugins.module_utils import hub, paths
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
@@ -56,14 +59,14 @@ def test_only_a_full_lowercase_sha_is_a_commit(revision, expected):
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../b", "a//b", "./a", "",
                                   ".llmops-manifest.json", ".llmops-partial/x"])
-def test_safe_relpath_refuses_paths_leaving_dest_or_hitting_bookkeeping(path):
+def test_dest_path_refuses_paths_leaving_dest_or_hitting_bookkeeping(path, tmp_path):
     with pytest.raises(hub.HubError) as err:
-        hub.safe_relpath(path)
+        hub.dest_path(str(tmp_path), path)
     assert repr(path) in str(err.value)
 
 
-def test_safe_relpath_keeps_nested_paths():
-    assert hub.safe_relpath("original/config.json") == os.path.join("original", "config.json")
+def test_dest_path_keeps_nested_paths(tmp_path):
+    assert hub.dest_path(str(tmp_path), "original/config.json") == os.path.join(str(tmp_path), "original", "config.json")
 
 
 def test_endpoint_resolution_and_sanitizing():
@@ -590,3 +593,492 @@ def test_missing_huggingface_hub_is_a_clear_error(monkeypatch):
     with pytest.raises(hub.HubError) as err:
         hub.import_huggingface_hub()
     assert sys.executable in str(err.value) and "ansible_python_interpreter" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- issue 38: the hub is not trusted
+#
+# What a hostile (or broken) hub answers never reaches a path outside its root, the unit or a manifest:
+# the commit passes hub.checked_commit, every path paths.path_inside, a file without a checksum is
+# refused, and the preflight's metadata fetch writes nothing in a preview. The HTTP hub below is a real
+# server on 127.0.0.1 that huggingface_hub talks to as to the public one.
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "configs")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INJECTED = COMMIT_A + "\n[Service]\nExecStartPre=+/usr/bin/id"
+
+
+class HttpHub:
+    """A Hugging Face hub on 127.0.0.1 as huggingface_hub talks to it - revision, refs and tree APIs and
+    file downloads - answering per repository what a test (or an attacker) sets in ``repos``:
+    {repo_id: {"sha": the commit answered, "files": {path: bytes}, "tree": entries (default: the honest
+    ones of files), "serve": {path: bytes} (default: files)}}. Unknown repositories answer 404."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        import urllib.parse
+        self.repos = {}
+        self.requests = []
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self, status, body, head=False, headers=None):
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/octet-stream" if isinstance(body, bytes)
+                                 else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if not head:
+                    self.wfile.write(data)
+
+            def route(self, head=False):
+                path = urllib.parse.urlsplit(self.path).path
+                owner.requests.append(path)
+                parts = path.strip("/").split("/")
+                if parts[:2] == ["api", "models"] and len(parts) >= 5:
+                    repo = owner.repos.get("/".join(parts[2:4]))
+                    if repo is None:
+                        return self.answer(404, {"error": "Repository not found"}, head)
+                    if parts[4] == "revision":
+                        return self.answer(200, {"id": "/".join(parts[2:4]), "sha": repo["sha"],
+                                                 "siblings": [{"rfilename": p} for p in repo["files"]]}, head)
+                    if parts[4] == "refs":
+                        return self.answer(200, {"branches": [{"name": "main", "ref": "refs/heads/main",
+                                                               "targetCommit": repo["sha"]}],
+                                                 "tags": [], "converts": []}, head)
+                    if parts[4] == "tree":
+                        return self.answer(200, owner.tree(repo), head)
+                if len(parts) >= 5 and parts[2] == "resolve":
+                    repo = owner.repos.get("/".join(parts[:2]))
+                    rel = urllib.parse.unquote("/".join(parts[4:]))
+                    if repo is not None and rel in repo.get("serve", repo["files"]):
+                        data = repo.get("serve", repo["files"])[rel]
+                        return self.answer(200, data, head, {"X-Repo-Commit": str(repo["sha"]),
+                                                             "ETag": '"%s"' % hub.git_blob_sha1_bytes(data)})
+                return self.answer(404, {"error": "Entry not found"}, head)
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                self.route()
+
+            def do_HEAD(self):  # noqa: N802
+                self.route(head=True)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def tree(repo):
+        if "tree" in repo:
+            return repo["tree"]
+        return [{"type": "file", "path": p, "size": len(d), "oid": hub.git_blob_sha1_bytes(d)}
+                for p, d in sorted(repo["files"].items())]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def http_hub():
+    server = HttpHub()
+    yield server
+    server.close()
+
+
+def config_json(name):
+    with open(os.path.join(CONFIGS, name + ".json"), "rb") as handle:
+        return handle.read()
+
+
+# -- the commit
+
+
+def test_issue38_hub_commit_with_a_newline_is_refused_by_resolve(http_hub):
+    """The commit is what a unit's comment and Description= carry (preflight_commit): a hub answering
+    one with a line break must not get past the resolve."""
+    pytest.importorskip("huggingface_hub")
+    http_hub.repos["evil/resolve-newline"] = {"sha": INJECTED, "files": {}}
+    http_hub.repos["evil/resolve-climb"] = {"sha": "../../../escape", "files": {}}
+    client = hub.Hub(http_hub.endpoint)
+    for repo_id, sha in (("evil/resolve-newline", INJECTED), ("evil/resolve-climb", "../../../escape")):
+        with pytest.raises(hub.HubError) as err:
+            client.resolve(repo_id, "main")
+        assert repo_id in str(err.value) and repr(sha) in str(err.value), str(err.value)
+        with pytest.raises(hub.HubError) as err:
+            hub.resolve_commit_http(http_hub.endpoint, repo_id, "main")
+        assert repo_id in str(err.value) and repr(sha) in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("value", [COMMIT_A + "\n", COMMIT_A.upper(), COMMIT_A[:39], "../" + COMMIT_A[3:], None, 40])
+def test_checked_commit_refuses_with_the_value_and_whose_answer_it_is(value):
+    with pytest.raises(hub.HubError) as err:
+        hub.checked_commit(value, "the commit the hub at http://h answered for o/n@main")
+    assert repr(value) in str(err.value) and "o/n@main" in str(err.value)
+    assert not hub.is_commit(value)
+
+
+def test_default_dest_takes_only_a_commit():
+    with pytest.raises(hub.HubError):
+        hub.default_dest("/var/lib/llmops-vllm/models", "o/n", "../../../etc")
+    assert hub.default_dest("/m", "o/n", COMMIT_B) == "/m/o/n/" + COMMIT_B
+
+
+# -- the listing: paths and checksums
+
+
+def test_issue38_symlink_in_the_version_dir_leads_no_write_out(tmp_path):
+    """A listed file whose directory in dest is a symlink out (the service user may own dest): the
+    fetch writes nothing through it."""
+    dest = str(tmp_path / "models" / "o" / "n" / COMMIT_A)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.makedirs(dest)
+    os.symlink(str(outside), os.path.join(dest, "sub"))
+    remote = [remote_file("sub/config.json", b"{}")]
+    with pytest.raises(hub.HubError) as err:
+        run_fetch(dest, remote, FakeHub({"sub/config.json": b"{}"}))
+    assert "sub/config.json" in str(err.value) and str(outside) in str(err.value)
+    assert os.listdir(str(outside)) == []
+
+
+@pytest.mark.parametrize("path", ["../../etc/x", "/etc/x", "a/../../x", "x\ny", ".llmops-manifest.json"])
+def test_a_listing_with_a_path_outside_dest_is_refused_before_anything_is_written(tmp_path, path):
+    dest = str(tmp_path / "v")
+    listing = [remote_file("config.json", b"{}"), remote_file(path, b"x")]
+    with pytest.raises(hub.HubError) as err:
+        hub.checked_remote_files(listing, "o/n", COMMIT_A, dest)
+    assert repr(path) in str(err.value) and "o/n@" + COMMIT_A in str(err.value)
+    assert not os.path.exists(dest)
+
+
+@pytest.mark.parametrize("change,named", [
+    ({"blob_id": None}, "neither a sha256 nor a git blob id"),
+    ({"blob_id": "A" * 40}, "'%s'" % ("A" * 40)),
+    ({"size": -1}, "-1"),
+    ({"size": "3"}, "'3'"),
+    ({"lfs_sha256": "f" * 63}, "'%s'" % ("f" * 63)),
+])
+def test_a_listing_with_a_file_we_cannot_verify_is_refused(tmp_path, change, named):
+    remote = dict(remote_file("config.json", b"{}"), **change)
+    with pytest.raises(hub.HubError) as err:
+        hub.checked_remote_files([remote], "o/n", COMMIT_A, str(tmp_path))
+    assert "config.json" in str(err.value) and named in str(err.value), str(err.value)
+    assert err.value.details == {"file": "config.json"}
+
+
+def test_issue38_non_lfs_file_without_blob_id_is_not_verified_by_size(tmp_path):
+    """The hub listed config.json with no blob id and served other bytes of the same size: size alone
+    passed it, and the version was marked complete."""
+    good, corrupt = b'{"a": 1}', b'{"a": 2}'
+    path = tmp_path / "config.json"
+    path.write_bytes(corrupt)
+    problem, _digests = hub.verification_problem(str(path), dict(remote_file("config.json", good), blob_id=None))
+    assert problem is not None and "cannot be verified" in problem
+
+
+def test_a_manifest_listing_a_file_outside_dest_is_not_ours(tmp_path):
+    dest = str(tmp_path / "v")
+    write_version(dest, {"config.json": b"{}"})
+    assert hub.read_manifest(dest) is not None
+    manifest = json.loads((tmp_path / "v" / hub.MANIFEST_NAME).read_text())
+    manifest["files"].append({"path": "../outside", "size": 0, "lfs": False, "sha256": "", "git_blob_sha1": None})
+    (tmp_path / "v" / hub.MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert hub.read_manifest(dest) is None
+    (problem,) = hub.manifest_problems(None, dest, "llmops-test/m", COMMIT_A, None, None)
+    assert "not one hf_model wrote" in problem
+    with pytest.raises(hub.HubError):
+        hub.attribute_targets(dest, ["../outside"], 0o644)
+
+
+# -- property tests: the commit checker, the path function, the blob-hash verifier
+
+HEX = "0123456789abcdef"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.from_regex(r"[0-9a-f]{40}", fullmatch=True),
+                 st.text(alphabet=HEX + "ABCDEFg./\n\x00 ", min_size=38, max_size=42),
+                 st.text(max_size=60)))
+@example(COMMIT_A + "\n")
+@example("../../" + COMMIT_A[6:])
+def test_the_commit_checker_accepts_exactly_40_lower_case_hex(value):
+    expected = len(value) == 40 and set(value) <= set(HEX)
+    assert hub.is_commit(value) is expected
+    if expected:
+        assert hub.checked_commit(value, "c") == value
+    else:
+        with pytest.raises(hub.HubError):
+            hub.checked_commit(value, "c")
+
+
+@pytest.fixture(scope="module")
+def link_tree(tmp_path_factory):
+    """A root reached through a symlink, holding a directory, a link inside, a link out and a loop."""
+    base = tmp_path_factory.mktemp("paths")
+    (base / "real" / "a").mkdir(parents=True)
+    (base / "outside").mkdir()
+    os.symlink(str(base / "real"), str(base / "root"))
+    os.symlink(str(base / "outside"), str(base / "real" / "out"))
+    os.symlink("../..", str(base / "real" / "a" / "up"))
+    os.symlink(str(base / "real" / "a"), str(base / "real" / "in"))
+    os.symlink("loop", str(base / "real" / "loop"))
+    os.symlink("/etc", str(base / "real" / "etc"))
+    return str(base / "root")
+
+
+PART = st.one_of(
+    st.sampled_from(["..", ".", "", "/", "/etc", "a", "a/b", "a//b", "a/./b", "out", "out/x", "in/x", "a/up",
+                     "a/up/x", "loop", "loop/x", "etc/passwd", "x/../..", "\u00e9t\u00e9", "a\nb", "\u2028",
+                     "a\x00b", "\ud800", "\udcff"]),
+    st.text(max_size=12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(PART, max_size=4))
+def test_the_path_function_refuses_or_stays_inside_root(link_tree, parts):
+    root = link_tree
+    try:
+        path = paths.path_inside(root, *parts, what="p")
+    except paths.PathError as exc:
+        assert "p " in str(exc) or str(exc).startswith("p:")
+        return
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    assert real != real_root and real.startswith(real_root + os.sep)
+    assert path == os.path.join(root, *"/".join(parts).split("/"))  # the join under root as given
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,15}", fullmatch=True)
+                .filter(lambda n: n not in ("out", "in", "loop", "etc") and not n.startswith("..")), min_size=1, max_size=4))
+def test_the_path_function_keeps_plain_names(link_tree, names):
+    assert paths.path_inside(link_tree, *names) == os.path.join(link_tree, *names)
+
+
+@pytest.fixture(scope="module")
+def blob_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("blobs")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.binary(max_size=3000), st.data())
+def test_the_blob_hash_verifier_accepts_a_file_iff_its_content_matches(blob_dir, original, data):
+    if original and data.draw(st.booleans()):
+        index = data.draw(st.integers(0, len(original) - 1))
+        flip = data.draw(st.integers(1, 255))
+        on_disk = original[:index] + bytes([original[index] ^ flip]) + original[index + 1:]
+    else:
+        on_disk = data.draw(st.one_of(st.just(original), st.binary(min_size=len(original), max_size=len(original))))
+    path = blob_dir / "config.json"
+    path.write_bytes(on_disk)
+    remote = {"path": "config.json", "size": len(original), "lfs_sha256": None, "xet": False,
+              "blob_id": hashlib.sha1(b"blob %d\0" % len(original) + original).hexdigest()}
+    problem, _digests = hub.verification_problem(str(path), remote)
+    assert (problem is None) is (on_disk == original), problem
+
+
+# -- hf_model and the preflight's metadata fetch through real ansible-playbook, against the HTTP hub
+#
+# One ansible-playbook run for all of them (about 9 s): a play of hf_model tasks against hostile
+# answers; then the preflight's own metadata tasks (taken from roles/preflight/tasks/plan.yml and
+# allocation.yml, up to the plan) - in a real run for one model, which fills the metadata cache, then
+# in a check-mode play (a preview) for three: one the cache lacks (plan.yml), and for the allocation
+# the cached one and another it lacks.
+
+COMMIT_D = "d" * 40
+COMMIT_E = "e" * 40
+COMMIT_F = "f" * 40
+PLAN_TASKS_UNTIL = ("roles/preflight/tasks/plan.yml", "Share the host with its other models (vllm_models)")
+ALLOCATION_TASKS_UNTIL = ("roles/preflight/tasks/allocation.yml", "Allocation | share the host among its models")
+
+
+def tasks_until(relpath, name):
+    """The tasks of a role's task file before the one named ``name``, as they are in the tree."""
+    import yaml
+    with open(os.path.join(ROOT, relpath)) as handle:
+        tasks = yaml.safe_load(handle)
+    names = [t.get("name") for t in tasks]
+    assert name in names, (relpath, names)
+    return tasks[:names.index(name)]
+
+
+def fetch_task(name, repo_id, models_root, endpoint, **args):
+    return {"name": name, "llmops.vllm.hf_model": dict({"repo_id": repo_id, "models_root": models_root,
+                                                        "endpoint": endpoint, "protect_units": []}, **args),
+            "register": name, "ignore_errors": True}
+
+
+def keep_task(key, names):
+    """Registered results kept under one fact (a later play registers the same names again)."""
+    return {"name": "Keep the results", "ansible.builtin.set_fact": {
+        key: "{{ {%s} }}" % ", ".join("'%s': %s | default(none)" % (n, n) for n in names)}}
+
+
+def preflight_vars(model, others, metadata, endpoint):
+    def entry(name):
+        return {"name": name, "repo_id": "llmops-test/" + name, "revision": "main", "revision_policy": None}
+    return {"preflight_model": entry(model), "preflight_set": [entry(n) for n in [model] + others],
+            "preflight_metadata_root": str(metadata), "preflight_venv": os.path.dirname(os.path.dirname(sys.executable)),
+            "preflight_hub_endpoint": endpoint, "preflight_hub_token": ""}
+
+
+@pytest.fixture(scope="module")
+def played(http_hub, tmp_path_factory):
+    """Runs the playbook once; returns (tmp, results per play, ansible-playbook's output)."""
+    tmp = tmp_path_factory.mktemp("played")
+    models, metadata, host_tmp = tmp / "models", tmp / "metadata", tmp / "host-tmp"
+    host_tmp.mkdir()
+    ep = http_hub.endpoint
+    config = b'{"model_type": "llama"}\n'
+    http_hub.repos.update({
+        "evil/climb": {"sha": "../../../escape", "files": {"config.json": config}},
+        "evil/newline": {"sha": INJECTED, "files": {"config.json": config}},
+        # config.json listed without a blob id, and served corrupt at the listed size
+        "evil/noblob": {"sha": COMMIT_B, "files": {"config.json": config},
+                        "tree": [{"type": "file", "path": "config.json", "size": len(config), "oid": None}],
+                        "serve": {"config.json": config.replace(b"llama", b"LLAMA")}},
+        "evil/tampered": {"sha": COMMIT_C, "files": {"config.json": config}},
+        "llmops-test/tiny": {"sha": COMMIT_D, "files": {"config.json": config_json("Qwen__Qwen3-30B-A3B"),
+                                                        "chat_template.jinja": b"{{ messages }}"}},
+        "llmops-test/cached": {"sha": COMMIT_E, "files": {"config.json": config_json("meta-llama__Meta-Llama-3.1-8B")}},
+        "llmops-test/other": {"sha": COMMIT_F, "files": {"config.json": config_json("Qwen__Qwen3-30B-A3B-FP8")}},
+    })
+    # A complete-looking version whose manifest (the service user may own it) also lists a file outside.
+    outside = tmp / "outside.txt"
+    outside.write_bytes(b"root's file\n")
+    os.chmod(str(outside), 0o644)
+    tampered = models / "evil" / "tampered" / COMMIT_C
+    tampered.mkdir(parents=True)
+    (tampered / "config.json").write_bytes(config)
+    entries = [{"path": "config.json", "size": len(config), "lfs": False, "sha256": hashlib.sha256(config).hexdigest(),
+                "git_blob_sha1": hub.git_blob_sha1_bytes(config)},
+               {"path": "../../../../outside.txt", "size": outside.stat().st_size, "lfs": False, "sha256": "",
+                "git_blob_sha1": None}]
+    doc = hub.manifest_document("evil/tampered", COMMIT_C, COMMIT_C, ep, None, None, entries, epoch=time.time() + 60)
+    (tampered / hub.MANIFEST_NAME).write_text(json.dumps(doc))
+
+    plan_tasks, allocation_tasks = tasks_until(*PLAN_TASKS_UNTIL), tasks_until(*ALLOCATION_TASKS_UNTIL)
+    registered = ["preflight_metadata", "preflight_model_facts", "preflight_set_metadata", "preflight_set_facts"]
+    plays = [
+        {"name": "hostile hub", "hosts": "localhost", "gather_facts": False, "tasks": [
+            fetch_task("climb", "evil/climb", str(models), ep),
+            fetch_task("newline", "evil/newline", str(models), ep),
+            fetch_task("noblob", "evil/noblob", str(models), ep),
+            fetch_task("tampered", "evil/tampered", str(models), ep, revision=COMMIT_C, mode="0600"),
+            keep_task("hostile", ["climb", "newline", "noblob", "tampered"])]},
+        {"name": "rollout", "hosts": "localhost", "gather_facts": False,
+         "vars": preflight_vars("cached", [], metadata, ep),
+         "tasks": plan_tasks + [keep_task("rollout", registered[:2])]},
+        {"name": "preview", "hosts": "localhost", "gather_facts": False, "check_mode": True,
+         "vars": preflight_vars("tiny", ["cached", "other"], metadata, ep),
+         "tasks": plan_tasks + allocation_tasks + [keep_task("preview", registered)]},
+        {"name": "results", "hosts": "localhost", "gather_facts": False, "tasks": [
+            {"name": "Write the results", "check_mode": False, "ansible.builtin.copy": {
+                "dest": str(tmp / "results.json"),
+                "content": "{{ {'hostile': hostile | default(none), 'rollout': rollout | default(none), "
+                           "'preview': preview | default(none)} | to_nice_json }}"}}]},
+    ]
+    (tmp / "play.yml").write_text(json.dumps(plays))
+    (tmp / "inventory").write_text("localhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
+    (tmp / "home").mkdir()
+    env = {"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "PATH": "%s:/usr/bin:/bin" % os.path.dirname(sys.executable),
+           "HOME": str(tmp / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp / "home" / "tmp"), "TMPDIR": str(host_tmp),
+           "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8", "ANSIBLE_PIPELINING": "1"}
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp / "inventory"),
+                           str(tmp / "play.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    output = done.stdout + done.stderr
+    results = json.loads((tmp / "results.json").read_text()) if (tmp / "results.json").exists() else {}
+    return tmp, results, output
+
+
+def play_result(played, play, name):
+    _tmp, results, output = played
+    assert (results.get(play) or {}).get(name) is not None, output
+    return results[play][name]
+
+
+@pytest.mark.ansible
+def test_issue38_hub_commit_climbing_out_of_models_root_writes_nothing(played):
+    """The hub answered the commit ../../../escape: the weights and the manifest landed in tmp/escape,
+    outside models_root."""
+    tmp = played[0]
+    result = play_result(played, "hostile", "climb")
+    assert result["failed"] and "evil/climb" in result["msg"] and "'../../../escape'" in result["msg"], result
+    assert not (tmp / "escape").exists()
+    assert not (tmp / "models" / "evil" / "climb").exists()
+
+
+@pytest.mark.ansible
+def test_issue38_hub_commit_with_a_newline_reaches_no_result(played):
+    """The hub answered a commit holding a line break: it came back as the result's commit, which the
+    rollout renders into the unit's comment and Description=."""
+    tmp = played[0]
+    result = play_result(played, "hostile", "newline")
+    assert result["failed"] and "evil/newline" in result["msg"] and repr(INJECTED) in result["msg"], result
+    assert "\n" not in str(result.get("commit") or "") and "\n" not in str(result.get("path") or "")
+    assert not (tmp / "models" / "evil" / "newline").exists()
+
+
+@pytest.mark.ansible
+def test_issue38_file_without_blob_id_is_not_marked_complete(played):
+    """config.json listed without a blob id and served corrupt at its listed size was verified by size
+    alone and the version was marked complete."""
+    tmp = played[0]
+    result = play_result(played, "hostile", "noblob")
+    assert result["failed"] and "config.json" in result["msg"] and "neither a sha256 nor a git blob id" in result["msg"]
+    assert not (tmp / "models" / "evil" / "noblob").exists()
+
+
+@pytest.mark.ansible
+def test_issue38_manifest_listing_a_file_outside_is_not_trusted(played):
+    """A manifest in the version directory (which the service user may own) listing ../../../../outside.txt:
+    root set the version's mode on that file."""
+    tmp = played[0]
+    result = play_result(played, "hostile", "tampered")
+    assert stat.S_IMODE((tmp / "outside.txt").stat().st_mode) == 0o644
+    # The version is checked against the hub again and gets a manifest of our own.
+    assert not result.get("failed"), result
+    manifest = hub.read_manifest(str(tmp / "models" / "evil" / "tampered" / COMMIT_C))
+    assert [f["path"] for f in manifest["files"]] == ["config.json"]
+
+
+@pytest.mark.ansible
+def test_issue38_preview_metadata_fetch_writes_nothing(played):
+    """The preflight's metadata fetch (the model's JSON files) ran with check_mode: false, so a preview
+    (playbooks/plan.yml, a check-mode play) wrote the metadata cache. Now it writes nothing, yet plans
+    with the real files."""
+    tmp = played[0]
+    metadata = play_result(played, "preview", "preflight_metadata")
+    facts = play_result(played, "preview", "preflight_model_facts")
+    set_metadata = play_result(played, "preview", "preflight_set_metadata")["results"]
+    set_facts = play_result(played, "preview", "preflight_set_facts")["results"]
+    # Only what the real run (the rollout play) cached is in the cache; the preview's copies are gone.
+    assert sorted(os.listdir(str(tmp / "metadata" / "llmops-test"))) == ["cached"]
+    assert os.listdir(str(tmp / "host-tmp")) == []
+    # The plan's inputs are the hub's files: the commit pinned, both other models' configs read.
+    assert metadata["commit"] == COMMIT_D and facts["architecture"] == "Qwen3MoeForCausalLM"
+    assert [r["architecture"] for r in set_facts] == ["LlamaForCausalLM", "Qwen3MoeForCausalLM"]
+    assert metadata["preview_dir"].startswith(str(tmp / "host-tmp") + os.sep)
+    # The cached model is read where it is; the other one came through a temporary directory.
+    cached, other = set_metadata
+    assert cached["path"] == str(tmp / "metadata" / "llmops-test" / "cached" / COMMIT_E) and "preview_dir" not in cached
+    assert other["preview_dir"].startswith(str(tmp / "host-tmp") + os.sep)
+
+
+@pytest.mark.ansible
+def test_preflight_metadata_fills_the_cache_in_a_rollout(played):
+    tmp = played[0]
+    metadata = play_result(played, "rollout", "preflight_metadata")
+    cached = tmp / "metadata" / "llmops-test" / "cached" / COMMIT_E
+    assert metadata["path"] == str(cached) and "preview_dir" not in metadata
+    assert hub.read_manifest(str(cached)) is not None and (cached / "config.json").exists()
+    assert play_result(played, "rollout", "preflight_model_facts")["architecture"] == "LlamaForCausalLM"
