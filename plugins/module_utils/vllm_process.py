@@ -10,8 +10,13 @@ name. :func:`scan` finds every vLLM API server (``vllm serve ...``, ``python -m
 vllm.entrypoints.openai.api_server``) with its user, working directory, command line, listening
 ports, GPUs (through the compute processes of its process tree) and where it runs from (its cgroup's
 unit and its parent). :func:`takeover` turns one into the text of a ``vllm-<name>.service`` unit that
-starts it again as it ran, with the secrets of its argv and environment moved to an EnvironmentFile,
-and the host state entry that records it. :func:`stop` ends it (the retire step).
+starts it again as it ran, under the serve role's hardening, with the secrets of its argv and
+environment moved to an EnvironmentFile, and the host state entry that records it. :func:`stop` ends
+it (the retire step), once :func:`verified_server` read it again as the vLLM that was found.
+
+The process belongs to a local user, who is not trusted (docs/security.md): every string the unit
+gets from it goes through the systemd sink (module_utils/systemd_unit.py), and a process whose
+strings hold a control character is refused (:func:`refuse_unfit`) before anything is written.
 
 Secrets never leave this module in clear: :func:`public_process` redacts the command line and
 returns the names of the environment, not its values.
@@ -28,13 +33,16 @@ import pwd
 import re
 import signal
 import time
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ansible_collections.llmops.vllm.plugins.module_utils.host_state import NAME_RE, unit_name
 from ansible_collections.llmops.vllm.plugins.module_utils.systemd_unit import (
+    CONTROL_RE,
     environment_file_line,
     systemd_environment,
     systemd_exec,
+    systemd_quote,
+    systemd_value,
 )
 
 PROC = '/proc'
@@ -53,6 +61,10 @@ SESSION_ENV = frozenset((
     'TMUX', 'TMUX_PANE', 'STY', 'WINDOW', 'DISPLAY', 'INVOCATION_ID', 'JOURNAL_STREAM', 'SYSTEMD_EXEC_PID',
     'MANAGERPID', 'NOTIFY_SOCKET', 'LISTEN_PID', 'LISTEN_FDS',
 ))
+# Device nodes of accelerators a server's tree holds open: NVIDIA's (the serve role's hardening allows
+# them), AMD's (it does not).
+NVIDIA_DEVICES = '/dev/nvidia'
+ACCELERATOR_DEVICES = (NVIDIA_DEVICES, '/dev/kfd', '/dev/dri/')
 # The units systemd puts a login session's processes in; a process there was started from a shell.
 SESSION_UNIT_RE = re.compile(r'^(session-.+\.scope|user@\d+\.service|sshd\.service|ssh\.service|init\.scope)$')
 
@@ -315,18 +327,17 @@ class Proc:
         except (ValueError, IndexError):
             return False
 
-    def socket_inodes(self) -> List[str]:
-        inodes = []
+    def open_files(self) -> List[str]:
+        """What its file descriptors point to (``socket:[inode]``, paths)."""
         fd_dir = os.path.join(self.proc, str(self.pid), 'fd')
         try:
             names = os.listdir(fd_dir)
         except OSError:
             return []
-        for name in names:
-            target = _readlink(os.path.join(fd_dir, name)) or ''
-            if target.startswith('socket:['):
-                inodes.append(target[8:-1])
-        return inodes
+        return [target for target in (_readlink(os.path.join(fd_dir, name)) for name in names) if target]
+
+    def socket_inodes(self) -> List[str]:
+        return [target[8:-1] for target in self.open_files() if target.startswith('socket:[')]
 
 
 def _zombie(stat: str) -> bool:
@@ -429,6 +440,7 @@ def describe(process: Proc, parent_of: Mapping[int, int], gpu_pids: Mapping[int,
     """The raw facts of one server process (argv and environment in clear)."""
     tree = [process.pid] + descendants(process.pid, parent_of)
     listening: List[str] = []
+    devices: Set[str] = set()
     net: Dict[str, str] = {}
     for name in ('tcp', 'tcp6'):
         net.update(parse_listening(_read(os.path.join(process.proc, str(process.pid), 'net', name)) or ''))
@@ -437,7 +449,9 @@ def describe(process: Proc, parent_of: Mapping[int, int], gpu_pids: Mapping[int,
             member = process if pid == process.pid else Proc(pid, process.proc)
         except (ProcessError, ValueError, IndexError):
             continue
-        listening.extend(net[inode] for inode in member.socket_inodes() if inode in net)
+        files = member.open_files()
+        listening.extend(net[target[8:-1]] for target in files if target.startswith('socket:[') and target[8:-1] in net)
+        devices.update(target for target in files if target.startswith(ACCELERATOR_DEVICES))
     # vLLM's workers talk over sockets on ephemeral ports; what clients reach is the rest (its --port).
     low, high = ephemeral_ports(process.proc)
     served_port = _int(option(server_args(process.argv) or [], '--port'))
@@ -459,6 +473,7 @@ def describe(process: Proc, parent_of: Mapping[int, int], gpu_pids: Mapping[int,
         'argv': list(process.argv),
         'args': args,
         'program': program,
+        'exe': process.exe,
         'venv': venv_of(program) or venv_of(process.exe),
         'cwd': process.cwd,
         'environ': dict(process.environ),
@@ -470,6 +485,7 @@ def describe(process: Proc, parent_of: Mapping[int, int], gpu_pids: Mapping[int,
         'listen': listening,
         'ports': sorted(set(int(item.rsplit(':', 1)[1]) for item in listening)),
         'gpus': gpus,
+        'devices': sorted(devices),
         'model': model,
         'served_model_name': (option(args, '--served-model-name') or model),
         'name': takeover_name(args, model),
@@ -557,21 +573,200 @@ def describe_foreign(server: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- takeover
 
-HARDENING = (
-    '# Opt-in hardening (vllm_takeover_hardening); the collection\'s full set is in the serve role.',
-    'NoNewPrivileges=yes',
-    'PrivateTmp=yes',
-    'ProtectKernelTunables=yes',
-    'ProtectKernelModules=yes',
-    'ProtectControlGroups=yes',
+# The serve role's hardening (roles/serve/templates/vllm.service.j2, serve_hardening), directive by
+# directive and in its order; tests/unit/test_vllm_process.py renders that block of the template and
+# holds the two equal. ReadWritePaths= comes after ProtectSystem=; the device block depends on whether
+# the server uses NVIDIA GPUs.
+HARDENING_PROTECT = (('NoNewPrivileges', 'yes'), ('ProtectSystem', 'strict'))
+HARDENING_FILES = (('PrivateTmp', 'yes'), ('ProtectHome', 'yes'))
+HARDENING_CUDA = (
+    ('DevicePolicy', 'closed'),
+    ('DeviceAllow', 'char-nvidia-frontend rw'),
+    ('DeviceAllow', 'char-nvidia-uvm rw'),
+    ('DeviceAllow', 'char-nvidia-caps r'),
+    ('DeviceAllow', '/dev/nvidiactl rw'),
+    ('DeviceAllow', '/dev/nvidia-uvm rw'),
+    ('DeviceAllow', '/dev/nvidia-uvm-tools rw'),
+    ('DeviceAllow', '/dev/nvidia-modeset rw'),
 )
+HARDENING_CPU = (('PrivateDevices', 'yes'), ('PrivateUsers', 'yes'))
+HARDENING_KERNEL = (
+    ('PrivateIPC', 'yes'),
+    ('ProtectKernelTunables', 'yes'),
+    ('ProtectKernelModules', 'yes'),
+    ('ProtectKernelLogs', 'yes'),
+    ('ProtectControlGroups', 'yes'),
+    ('ProtectClock', 'yes'),
+    ('ProtectHostname', 'yes'),
+    ('ProtectProc', 'invisible'),
+    ('RestrictNamespaces', 'yes'),
+    ('RestrictRealtime', 'yes'),
+    ('RestrictSUIDSGID', 'yes'),
+    ('RestrictAddressFamilies', 'AF_UNIX AF_INET AF_INET6 AF_NETLINK'),
+    ('LockPersonality', 'yes'),
+    ('RemoveIPC', 'yes'),
+    ('SystemCallArchitectures', 'native'),
+    ('SystemCallFilter', '@system-service'),
+    ('SystemCallFilter', '~@privileged'),
+    ('CapabilityBoundingSet', ''),
+    ('UMask', '0077'),
+)
+# Where ProtectHome= and PrivateTmp= would hide what a server uses.
+HOME_DIRS = ('/home', '/root', '/run/user')
+TMP_DIRS = ('/tmp', '/var/tmp')
+# Environment variables naming where vLLM and its libraries (Hugging Face, PyTorch, Triton, CUDA, ...) write
+# caches and settings; without them, under HOME.
+CACHE_ENV = ('HF_HOME', 'HF_HUB_CACHE', 'HUGGINGFACE_HUB_CACHE', 'TRANSFORMERS_CACHE', 'HF_DATASETS_CACHE',
+             'XDG_CACHE_HOME', 'XDG_CONFIG_HOME', 'VLLM_CACHE_ROOT', 'VLLM_CONFIG_ROOT', 'VLLM_ASSETS_CACHE',
+             'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'TORCH_HOME', 'TORCH_EXTENSIONS_DIR', 'CUDA_CACHE_PATH',
+             'NUMBA_CACHE_DIR', 'OUTLINES_CACHE_DIR', 'PROMETHEUS_MULTIPROC_DIR')
+# Never made writable, even when a server's directory or HOME is one of them (ProtectSystem=strict keeps them read-only).
+SYSTEM_DIRS = frozenset(('/', '/bin', '/boot', '/dev', '/efi', '/etc', '/home', '/lib', '/lib32', '/lib64', '/media',
+                         '/mnt', '/opt', '/proc', '/run', '/sbin', '/srv', '/sys', '/usr', '/usr/local', '/var',
+                         '/var/lib', '/var/cache', '/var/log'))
+# User= and Group=: a name (systemd's relaxed rule, without its rarer characters) or a numeric id.
+ACCOUNT_RE = re.compile(r'^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})$')
 
 
-def takeover(server: Mapping[str, Any], name: str, unit_dir: str, env_dir: str, hardening: bool = False,
+def _unfit(text: str) -> Optional[str]:
+    """Why ``text`` cannot go on a unit line (a control character, bytes that are not UTF-8), or None."""
+    found = CONTROL_RE.search(text)
+    if found:
+        return 'a control character (%r at position %d)' % (found.group(), found.start())
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError as exc:
+        return 'bytes that are not UTF-8 (at position %d)' % exc.start
+    return None
+
+
+def refuse_unfit(server: Mapping[str, Any]) -> None:
+    """ProcessError naming the pid and the field when a string the unit would get from the process - a
+    word of its command line, its working directory, program or executable, an environment variable's
+    name or value, its parent's name, its unit - holds a control character or bytes that are not UTF-8.
+
+    A line break there would open a new directive or section in a unit that root starts (an
+    unprivileged ``vllm serve --served-model-name $'x\\n[Service]\\nExecStartPre=+...'`` became one).
+    Secret values are never shown. The variables a login shell adds are dropped from the unit, so only
+    their names are checked."""
+    pid = server['pid']
+    fields: List[Tuple[str, str, bool]] = []
+    argv = [str(word) for word in server.get('argv') or []]
+    redacted = redact_argv(argv)
+    fields.extend(('its command line word %d' % index, word, redacted[index] != word) for index, word in enumerate(argv))
+    for key in ('cwd', 'program', 'exe'):
+        if server.get(key):
+            fields.append(({'cwd': 'its working directory', 'program': 'its program', 'exe': 'its executable'}[key],
+                           str(server[key]), False))
+    for name, value in sorted((server.get('environ') or {}).items()):
+        fields.append(('the name of an environment variable', str(name), False))
+        if name not in SESSION_ENV:
+            fields.append(('environment variable %s' % name, str(value), is_secret_env(str(name))))
+    if (server.get('parent') or {}).get('name'):
+        fields.append(("its parent's name", str(server['parent']['name']), False))
+    if server.get('unit'):
+        fields.append(('its unit', str(server['unit']), False))
+    for what, text, secret in fields:
+        problem = _unfit(text)
+        if problem:
+            raise ProcessError(
+                'process %d: %s%s holds %s. A unit file line cannot carry it: a line break there would start a '
+                'directive that root runs. The takeover refuses this process and wrote or stopped nothing; restart '
+                'it without that character (or stop it yourself) and run the rollout again'
+                % (pid, what, '' if secret else ' (%r)' % text[:120], problem))
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip('/') + '/') for root in roots)
+
+
+def _home(server: Mapping[str, Any], environ: Mapping[str, str]) -> Optional[str]:
+    """The server's HOME: its environment's, else its user's (what systemd gives User=)."""
+    if environ.get('HOME'):
+        return environ['HOME']
+    try:
+        return pwd.getpwuid(int(server['uid'])).pw_dir if server.get('uid') is not None else None
+    except KeyError:
+        return None
+
+
+def paths_used(server: Mapping[str, Any], environ: Mapping[str, str]) -> List[str]:
+    """The absolute paths a server uses, as far as its process tells: its program, executable, venv,
+    working directory, HOME, its model (made absolute), every absolute path among its arguments
+    (``--opt=/path`` too) and environment values (lists such as PATH or PYTHONPATH split at ':')."""
+    found = [server.get('program'), server.get('exe'), server.get('venv'), server.get('cwd'), _home(server, environ)]
+    model = server.get('model')
+    if model and server.get('cwd'):
+        found.append(os.path.normpath(os.path.join(server['cwd'], model)))
+    for word in server.get('argv') or []:
+        found.append(word.split('=', 1)[1] if word.startswith('--') and '=' in word else word)
+    for value in environ.values():
+        found.extend(value.split(':'))
+    return sorted(set(os.path.normpath(path) for path in found if path and path.startswith('/')))
+
+
+def writable_paths(server: Mapping[str, Any], environ: Mapping[str, str]) -> List[str]:
+    """What the taken-over unit may write under ProtectSystem=strict: the server's working directory,
+    its HOME (where vLLM, Hugging Face, Triton and PyTorch keep caches by default) and the cache
+    directories its environment names (CACHE_ENV). Not the model: vLLM only reads it. A system
+    directory (SYSTEM_DIRS) stays read-only; a path below another one is left out."""
+    candidates = [server.get('cwd'), _home(server, environ)] + [environ.get(name) for name in CACHE_ENV]
+    paths = sorted(set(os.path.normpath(path) for path in candidates
+                       if path and path.startswith('/') and os.path.normpath(path) not in SYSTEM_DIRS))
+    return [path for path in paths if not any(other != path and _under(path, [other]) for other in paths)]
+
+
+def hardening_directives(device: str, writable: Sequence[str], private_tmp: bool = True,
+              protect_home: str = 'yes') -> List[Tuple[str, str]]:
+    """The serve role's hardening as (directive, value) pairs, for a server on ``device`` ('cuda': the
+    NVIDIA device nodes stay; else none) that may write ``writable`` (ReadWritePaths=, each allowed to
+    be missing). ``private_tmp`` False keeps the host's /tmp (a server that uses a path there), and
+    ``protect_home`` 'read-only' keeps home directories readable (one that uses a path there)."""
+    out = list(HARDENING_PROTECT)
+    out.extend(('ReadWritePaths', systemd_quote('-' + path)) for path in writable)
+    out.extend(item for item in HARDENING_FILES if item[0] != 'PrivateTmp' or private_tmp)
+    out = [(key, protect_home) if key == 'ProtectHome' else (key, value) for key, value in out]
+    out.extend(HARDENING_CUDA if device == 'cuda' else HARDENING_CPU)
+    out.extend(HARDENING_KERNEL)
+    return out
+
+
+def takeover_hardening(server: Mapping[str, Any], environ: Mapping[str, str]) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """(comment lines, directives) of the serve role's hardening fitted to a server: its own directories
+    writable, /tmp and home directories kept where it uses them, NVIDIA devices where it uses them.
+    ProcessError when it cannot run under it (AMD GPUs; a directory ReadWritePaths= cannot name)."""
+    pid = server['pid']
+    devices = list(server.get('devices') or [])
+    others = [device for device in devices if not device.startswith(NVIDIA_DEVICES)]
+    if others:
+        raise ProcessError('process %d uses %s, which the serve role\'s hardening hides (PrivateDevices=); take it over '
+                           'with hardening=false (vllm_takeover_hardening: false)' % (pid, ', '.join(others)))
+    device = 'cuda' if server.get('gpus') or devices else 'cpu'
+    writable = writable_paths(server, environ)
+    for path in writable:
+        if '$' in path:
+            raise ProcessError('process %d writes to %r, which ReadWritePaths= cannot name (a "$"); take it over with '
+                               'hardening=false (vllm_takeover_hardening: false)' % (pid, path))
+    used = paths_used(server, environ)
+    in_tmp = [path for path in used if _under(path, TMP_DIRS)]
+    in_home = [path for path in used if _under(path, HOME_DIRS)]
+    comments = ["# The serve role's hardening (hardening=false runs it exactly as it ran); it may write "
+                "its own directories only."]
+    if in_tmp:
+        comments.append('# No PrivateTmp=: it uses %s.' % ', '.join(in_tmp))
+    if in_home:
+        comments.append('# ProtectHome=read-only: it uses %s.' % ', '.join(in_home))
+    directives = hardening_directives(device, writable, private_tmp=not in_tmp, protect_home='read-only' if in_home else 'yes')
+    return comments, directives
+
+
+def takeover(server: Mapping[str, Any], name: str, unit_dir: str, env_dir: str, hardening: bool = True,
              max_model_len: Optional[int] = None) -> Dict[str, Any]:
     """The unit text, the EnvironmentFile text (None when there is no secret) and the state entry
-    that take ``server`` (raw, from scan) over as vllm-<name>.service. Raises ProcessError when it
-    cannot be reproduced (no command line, no environment to read, no absolute program)."""
+    that take ``server`` (raw, from scan) over as vllm-<name>.service, under the serve role's hardening
+    unless ``hardening`` is False. Raises ProcessError, before anything is written, when it cannot be
+    reproduced (no command line, no environment to read, no absolute program, no user) or must not be
+    (a control character in what the unit would get from the process: refuse_unfit)."""
     if not NAME_RE.match(name or ''):
         raise ProcessError('name %r: a takeover names the unit vllm-<name>.service; use 1-63 lower-case letters, '
                            'digits or "-" (vllm_takeover_name)' % (name,))
@@ -580,12 +775,21 @@ def takeover(server: Mapping[str, Any], name: str, unit_dir: str, env_dir: str, 
         raise ProcessError('process %d has no command line to read (a kernel thread or gone)' % pid)
     if not server.get('environ_readable'):
         raise ProcessError('the environment of process %d cannot be read; run the takeover as root' % pid)
+    refuse_unfit(server)
     program = server.get('program')
     if not program or not program.startswith('/'):
         raise ProcessError('process %d: cannot tell which program %r is (no absolute path, not on its PATH)'
                            % (pid, server['argv'][0]))
     if not server.get('cwd'):
         raise ProcessError('process %d: its working directory cannot be read; run the takeover as root' % pid)
+    if server['cwd'] != server['cwd'].strip() or not server['cwd'].startswith('/'):
+        raise ProcessError('process %d: its working directory %r is not an absolute path without whitespace at its ends, '
+                           'which WorkingDirectory= needs; restart it from another directory' % (pid, server['cwd']))
+    user, group = server.get('user'), server.get('group') or server.get('user')
+    for what, account in (('user', user), ('group', group)):
+        if not ACCOUNT_RE.match(str(account or '')):
+            raise ProcessError('process %d: its %s %r is not a name or id that User=/Group= can carry; run the '
+                               'takeover as root, or stop the process yourself' % (pid, what, account))
     argv, secrets = split_secrets(server['argv'])
     argv[0] = program
     environ = dict((key, value) for key, value in (server.get('environ') or {}).items() if key not in SESSION_ENV)
@@ -594,36 +798,44 @@ def takeover(server: Mapping[str, Any], name: str, unit_dir: str, env_dir: str, 
             secrets.setdefault(key, environ.pop(key))
     env_file = os.path.join(env_dir, name + '.env') if secrets else None
     redacted = command_line(redact_argv(server['argv']))
-    lines = [
-        '# Taken over by llmops.vllm (vllm_takeover) from a vLLM it did not start: pid %d, user %s, %s.'
-        % (pid, server.get('user'), started_from(server)),
-        '# It runs as it ran (command, user, working directory, environment); hardening is opt-in.',
-        '# Was: %s' % redacted.replace('\n', ' '),
-        '[Unit]',
-        'Description=vLLM serving %s (taken over from pid %d)' % (server.get('served_model_name') or name, pid),
-        'After=network-online.target',
-        'Wants=network-online.target',
-        '',
-        '[Service]',
-        'Type=exec',
-        'User=%s' % (server.get('user') or 'root'),
-        'Group=%s' % (server.get('group') or server.get('user') or 'root'),
-        'WorkingDirectory=%s' % server['cwd'],
-    ]
-    lines.extend('Environment=%s' % assignment for assignment in systemd_environment(environ))
-    if env_file:
-        lines.append('EnvironmentFile=%s' % env_file)
-    lines.extend([
-        'ExecStart=%s' % systemd_exec(argv),
-        'KillMode=control-group',
-        '# vLLM exits with status 0 when its engine dies, so restart on any exit.',
-        'Restart=always',
-        'RestartSec=5',
-    ])
-    if hardening:
-        lines.extend(HARDENING)
-    lines.extend(['', '[Install]', 'WantedBy=multi-user.target', ''])
-    env_text = ''.join(environment_file_line(key, value) for key, value in sorted(secrets.items())) if secrets else None
+    try:
+        lines = [
+            '# ' + systemd_value('Taken over by llmops.vllm (vllm_takeover) from a vLLM it did not start: pid %d, user %s, %s.'
+                                 % (pid, user, started_from(server)), 'a comment'),
+            '# It runs as it ran: command, user, working directory, environment.',
+            '# ' + systemd_value('Was: %s (secrets redacted).' % redacted, 'a comment'),
+            '[Unit]',
+            'Description=%s' % systemd_value('vLLM serving %s (taken over from pid %d)'
+                                             % (server.get('served_model_name') or name, pid), 'Description'),
+            'After=network-online.target',
+            'Wants=network-online.target',
+            '',
+            '[Service]',
+            'Type=exec',
+            'User=%s' % systemd_value(user, 'User'),
+            'Group=%s' % systemd_value(group, 'Group'),
+            'WorkingDirectory=%s' % systemd_value(server['cwd'], 'WorkingDirectory'),
+        ]
+        lines.extend('Environment=%s' % assignment for assignment in systemd_environment(environ))
+        if env_file:
+            lines.append('EnvironmentFile=%s' % systemd_value(env_file, 'EnvironmentFile'))
+        lines.extend([
+            'ExecStart=%s' % systemd_exec(argv),
+            'KillMode=control-group',
+            '# vLLM exits with status 0 when its engine dies, so restart on any exit.',
+            'Restart=always',
+            'RestartSec=5',
+        ])
+        if hardening:
+            comments, directives = takeover_hardening(server, environ)
+            lines.extend(comments)
+            lines.extend('%s=%s' % directive for directive in directives)
+        lines.extend(['', '[Install]', 'WantedBy=multi-user.target', ''])
+        env_text = ''.join(environment_file_line(key, value) for key, value in sorted(secrets.items())) if secrets else None
+    except ValueError as exc:
+        if isinstance(exc, ProcessError):
+            raise
+        raise ProcessError('process %d: %s; the takeover refuses it and wrote or stopped nothing' % (pid, exc))
     return {
         'unit': unit_name(name),
         'unit_path': os.path.join(unit_dir, unit_name(name)),
@@ -685,6 +897,7 @@ def state_entry(server: Mapping[str, Any], name: str, max_model_len: Optional[in
             'user': server.get('user'),
             'command': command_line(redact_argv(server.get('argv') or [])),
             'cwd': server.get('cwd'),
+            'exe': server.get('exe'),
             'started_from': started_from(server),
         },
     }
@@ -697,25 +910,61 @@ def _int(value: Optional[str]) -> Optional[int]:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def stop(pid: int, start_time: str, timeout: float, proc: str = PROC, kill: Callable[[int, int], None] = os.kill,
-         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
-    """End a server started outside systemd: SIGTERM (vLLM shuts its engine down), then SIGKILL to
-    whatever of its tree is left after ``timeout`` seconds. Returns {stopped, signal, seconds}.
+def _exe_path(exe: Optional[str]) -> Optional[str]:
+    # /proc/PID/exe of a program replaced on disk since it started (a venv upgraded in place).
+    return exe[:-len(' (deleted)')] if exe and exe.endswith(' (deleted)') else exe
 
-    A pid whose start time differs is another process now: it is left alone (stopped False)."""
+
+def verified_server(pid: int, start_time: str, command: Optional[str] = None, exe: Optional[str] = None,
+                    proc: str = PROC) -> Optional[Proc]:
+    """The process ``pid``, read again from /proc, when it still is the vLLM a takeover found; None when
+    it has gone (no such pid, or another start time: another process got the pid).
+
+    ProcessError, naming what differs, when the pid with that start time is not a vLLM API server by the
+    rule scan() finds them with (server_args), or its command line (redacted, as the takeover recorded
+    it: ``command``) or its executable (``exe``) is another. Nothing may be signalled then."""
     try:
         process = Proc(pid, proc)
     except (ProcessError, ValueError, IndexError):
-        return {'stopped': False, 'signal': None, 'seconds': 0.0}
+        return None
     if str(process.start_time) != str(start_time) or not process.alive():
+        return None
+    running = command_line(redact_argv(process.argv))
+    what = 'pid %d (start time %s, %s)' % (pid, start_time, process.comm or '?')
+    advice = ('Nothing was stopped. Check the pid and start time (the takeover block of the host state entry); '
+              'stop that process yourself if it must go')
+    if server_args(process.argv) is None:
+        raise ProcessError('%s is not a vLLM API server (`vllm serve ...` or vLLM\'s api_server module): it runs %r. %s'
+                           % (what, running[:200], advice))
+    if command is not None and running != command:
+        raise ProcessError('%s runs %r, not %r as when it was taken over. %s' % (what, running[:200], command[:200], advice))
+    if exe is not None and _exe_path(process.exe) != _exe_path(exe):
+        raise ProcessError('%s runs the executable %r, not %r as when it was taken over. %s' % (what, process.exe, exe, advice))
+    return process
+
+
+def stop(pid: int, start_time: str, timeout: float, proc: str = PROC, kill: Callable[[int, int], None] = os.kill,
+         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+         command: Optional[str] = None, exe: Optional[str] = None) -> Dict[str, Any]:
+    """End a server started outside systemd: SIGTERM (vLLM shuts its engine down), then SIGKILL to
+    whatever of its tree is left after ``timeout`` seconds. Returns {stopped, signal, seconds}.
+
+    A pid whose start time differs is another process now: it is left alone (stopped False). Right
+    before the SIGTERM the process is verified again as the vLLM the takeover found (verified_server:
+    a vLLM API server, and ``command`` / ``exe`` when given); ProcessError otherwise, nothing signalled."""
+    if verified_server(pid, start_time, command, exe, proc) is None:
         return {'stopped': False, 'signal': None, 'seconds': 0.0}
     tree = [pid] + descendants(pid, parents(proc))
     members: List[Proc] = []
     for member_pid in tree:
         try:
-            members.append(process if member_pid == pid else Proc(member_pid, proc))
+            members.append(Proc(member_pid, proc))
         except (ProcessError, ValueError, IndexError):
             continue
+    process = verified_server(pid, start_time, command, exe, proc)
+    if process is None:
+        return {'stopped': False, 'signal': None, 'seconds': 0.0}
+    members = [process] + [member for member in members if member.pid != pid]
     begin = clock()
     _signal(kill, pid, signal.SIGTERM)
     used = 'TERM'

@@ -23,12 +23,20 @@ description:
     variables named like C(*_TOKEN), C(*_KEY), C(*SECRET*), C(*PASSWORD*). The unit is written, not
     started; the process keeps serving. RV(entry) is the host state entry that records it
     (M(llmops.vllm.vllm_state) O(llmops.vllm.vllm_state#module:action=record)).
+  - A process whose command line, working directory or environment (names and values) holds a control
+    character or bytes that are not UTF-8 is refused, naming its pid and the field, before anything is
+    written - a line break there would start a directive in a unit that root runs. So are a user or group
+    that C(User=)/C(Group=) cannot carry, and an environment variable name C(Environment=) cannot carry.
   - O(state=stopped) ends the process the takeover named, when it still runs with that start time - the
-    retire step. A process that is the main process of a unit of another name is stopped and disabled
-    through that unit, so systemd does not start it again; any other gets C(SIGTERM), and C(SIGKILL) for
-    what of its process tree is left after O(stop_timeout) seconds.
-  - The unit has none of the collection's hardening unless O(hardening=true), so that a rollback restarts
-    exactly what ran.
+    retire step. Right before the signal (or the C(systemctl stop)) the process is read again from
+    C(/proc) and must be a vLLM API server by the rule M(llmops.vllm.vllm_process_info) finds them with,
+    and run the O(command) and O(exe) the takeover recorded when they are given; otherwise the module
+    fails and stops nothing. A process that is the main process of a unit of another name is stopped and
+    disabled through that unit, so systemd does not start it again; any other gets C(SIGTERM), and
+    C(SIGKILL) for what of its process tree is left after O(stop_timeout) seconds.
+  - The unit runs under the serve role's hardening (O(hardening)), fitted to the server - its working
+    directory, HOME and the cache directories its environment names writable, C(/tmp) and home
+    directories kept where it uses paths there, the NVIDIA device nodes where it uses them.
 options:
   pid:
     description: The server's process id (M(llmops.vllm.vllm_process_info) RV(llmops.vllm.vllm_process_info#module:servers[].pid)).
@@ -59,9 +67,14 @@ options:
     type: path
     default: /etc/llmops-vllm/takeover
   hardening:
-    description: Add a few safe hardening settings (C(NoNewPrivileges), C(PrivateTmp), kernel and cgroup protection).
+    description:
+      - Run the unit under the serve role's hardening (C(roles/serve/templates/vllm.service.j2)) -
+        C(ProtectSystem=strict) with C(ReadWritePaths=) for the server's working directory, HOME and cache
+        directories, C(PrivateTmp), C(ProtectHome), no capabilities, a system call filter, the device nodes
+        limited to NVIDIA's or none. C(systemd-analyze security) rates it 2.5 or less.
+      - V(false) runs it exactly as it ran, for a server that needs more (it writes elsewhere, uses AMD GPUs).
     type: bool
-    default: false
+    default: true
   max_model_len:
     description:
       - The context length to record when neither the command line (C(--max-model-len)) nor the server's
@@ -71,6 +84,16 @@ options:
     description: With O(state=stopped), seconds between C(SIGTERM) and C(SIGKILL).
     type: int
     default: 120
+  command:
+    description:
+      - With O(state=stopped), the process's command line as the takeover recorded it (redacted; RV(entry)'s
+        C(takeover.command)). The process is stopped only when it still runs exactly this.
+    type: str
+  exe:
+    description:
+      - With O(state=stopped), the process's executable as the takeover recorded it (RV(entry)'s C(takeover.exe)).
+        The process is stopped only when it still runs this program.
+    type: str
 notes:
   - Run it as root; the environment and working directory of another user's process are not readable otherwise.
   - Secrets never appear in the result, the diff or the unit file.
@@ -171,16 +194,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmops.vllm.plugins.module_utils.host_state import write_atomic
 from ansible_collections.llmops.vllm.plugins.module_utils.readiness import NotReady, http_json
 from ansible_collections.llmops.vllm.plugins.module_utils.vllm_process import (
-    Proc,
     ProcessError,
     option,
     public_process,
+    refuse_unfit,
     scan,
     split_secrets,
     started_from,
     stop,
     takeover,
     unit_main_pid,
+    verified_server,
 )
 
 
@@ -219,6 +243,10 @@ def present(module):
     if not name:
         module.fail_json(msg='pid %d (%s) has no --served-model-name or model name to name its unit by; set name '
                              '(vllm_takeover_name)' % (server['pid'], public_process(server)['command']))
+    try:
+        refuse_unfit(server)  # before anything, even the question to the server below
+    except ProcessError as exc:
+        module.fail_json(msg=str(exc))
     origin = started_from(server, unit_main_pid(module.run_command, module.get_bin_path('systemctl'), server.get('unit')))
     try:
         length = p['max_model_len']
@@ -261,12 +289,12 @@ def stopped(module):
     if not p['start_time']:
         module.fail_json(msg='state=stopped needs start_time (the takeover entry has it), so that another process '
                              'that got pid %d is never stopped' % p['pid'])
+    expected = dict(start_time=p['start_time'], command=p['command'], exe=p['exe'])
     try:
-        process = Proc(p['pid'])
-        alive = str(process.start_time) == str(p['start_time']) and process.alive()
-    except (ProcessError, ValueError, IndexError):
-        alive = False
-    if not alive:
+        process = verified_server(p['pid'], **expected)
+    except ProcessError as exc:
+        module.fail_json(msg=str(exc))
+    if process is None:
         module.exit_json(changed=False, stopped=False, signal=None, seconds=0.0,
                          msg='pid %d (start time %s) no longer runs' % (p['pid'], p['start_time']))
     unit = process.unit
@@ -278,6 +306,13 @@ def stopped(module):
         begin = time.monotonic()
         systemctl = module.get_bin_path('systemctl', required=True)
         rc, enabled, _err = module.run_command([systemctl, 'is-enabled', unit])
+        # Read again right before the stop: it must still be the vLLM the takeover found.
+        try:
+            if verified_server(p['pid'], **expected) is None:
+                module.exit_json(changed=False, stopped=False, signal=None, seconds=0.0,
+                                 msg='pid %d (start time %s) no longer runs' % (p['pid'], p['start_time']))
+        except ProcessError as exc:
+            module.fail_json(msg=str(exc))
         # A transient unit (systemd-run) has no file to disable; an enabled one would come back at boot.
         for action in ('stop', 'disable') if enabled.strip() == 'enabled' else ('stop',):
             rc, _out, err = module.run_command([systemctl, action, unit])
@@ -285,7 +320,10 @@ def stopped(module):
                 module.fail_json(msg='systemctl %s %s failed: %s' % (action, unit, err.strip()))
         module.exit_json(changed=True, stopped=True, signal='unit', seconds=round(time.monotonic() - begin, 1),
                          msg='stopped and disabled %s (pid %d)' % (unit, p['pid']))
-    result = stop(p['pid'], p['start_time'], p['stop_timeout'])
+    try:
+        result = stop(p['pid'], p['start_time'], p['stop_timeout'], command=p['command'], exe=p['exe'])
+    except ProcessError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=result['stopped'], msg='stopped pid %d with SIG%s in %s s' % (p['pid'], result['signal'], result['seconds'])
                      if result['stopped'] else 'pid %d had already gone' % p['pid'], **result)
 
@@ -299,9 +337,11 @@ def main():
             state=dict(type='str', choices=['present', 'stopped'], default='present'),
             unit_dir=dict(type='path', default='/etc/systemd/system'),
             env_dir=dict(type='path', default='/etc/llmops-vllm/takeover'),
-            hardening=dict(type='bool', default=False),
+            hardening=dict(type='bool', default=True),
             max_model_len=dict(type='int'),
             stop_timeout=dict(type='int', default=120),
+            command=dict(type='str'),
+            exe=dict(type='str'),
         ),
         supports_check_mode=True,
     )
