@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import jinja2
@@ -30,6 +29,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.llmops.vllm.plugins.module_utils import haproxy
+from test_haproxy_lb import FakeVllm, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "roles" / "lb" / "templates"
@@ -65,47 +65,9 @@ def render(template, **variables):
     return ENV.from_string((TEMPLATES / template).read_text()).render(dict(DEFAULTS, ansible_managed="Ansible managed", **variables))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Vllm(ThreadingHTTPServer):
-    """One backend: answers GET /v1/models with its served name, a POST naming it with its own port."""
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), Answer)
-        self.served, self.hits = "", 0
-
-
-class Answer(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def answer(self, status, body):
-        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()  # Starlette's JSONResponse
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self.answer(200, {"object": "list", "data": [{"id": self.server.served, "object": "model"}]})
-
-    def do_POST(self):
-        model = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["model"]
-        self.server.hits += 1
-        if model != self.server.served:
-            return self.answer(404, {"error": "model %r does not exist" % model})
-        return self.answer(200, {"port": self.server.server_address[1]})
-
-
 @pytest.fixture(scope="module")
 def pool():
-    servers = [Vllm() for _server in range(6)]
+    servers = [FakeVllm("") for _server in range(6)]
     for server in servers:
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield servers
@@ -192,7 +154,7 @@ def assert_routed(pool, names):
         for index, name in enumerate(names):
             before = [server.hits for server in servers]
             status, body = post(port, name)
-            assert (status, json.loads(body)) == (200, {"port": servers[index].server_address[1]}), (name, status, body)
+            assert (status, json.loads(body)["choices"][0]["text"]) == (200, "port %d" % servers[index].server_address[1]), (name, status, body)
             assert [server.hits - hits for server, hits in zip(servers, before, strict=True)] == [int(i == index) for i in range(len(names))]
 
 
