@@ -246,6 +246,19 @@ def test_systemd_reads_units_of_hostile_values(tmp_path):
     assert noise == [], proc.stderr
 
 
+@settings(max_examples=100, deadline=None)
+@given(env=st.dictionaries(st.sampled_from(["VLLM_API_KEY", "HF_TOKEN", "A", "_x1"]), HOSTILE, max_size=4))
+def test_an_environment_file_of_any_values_reads_back_or_is_refused(env):
+    """systemd.exec(5)'s EnvironmentFile rules (read_environment_file): one line per key, each value read back."""
+    try:
+        text = SystemdFilters().filters()["environment_file_text"](env)
+    except ValueError as err:
+        assert "control character" in str(err) and any(CONTROL_RE.search(v) for v in env.values())
+        return
+    assert not any(CONTROL_RE.search(v) for v in env.values())
+    assert text.count("\n") == len(env) and read_environment_file(text) == env
+
+
 def test_the_api_key_file_is_quoted_and_reads_back():
     """The serve role's EnvironmentFile (roles/serve/tasks/unit.yml): any key but a control character reads back."""
     filters = SystemdFilters().filters()
