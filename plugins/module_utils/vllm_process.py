@@ -717,7 +717,7 @@ def writable_paths(server: Mapping[str, Any], environ: Mapping[str, str]) -> Lis
 
 
 def hardening_directives(device: str, writable: Sequence[str], private_tmp: bool = True,
-              protect_home: str = 'yes') -> List[Tuple[str, str]]:
+                         protect_home: str = 'yes') -> List[Tuple[str, str]]:
     """The serve role's hardening as (directive, value) pairs, for a server on ``device`` ('cuda': the
     NVIDIA device nodes stay; else none) that may write ``writable`` (ReadWritePaths=, each allowed to
     be missing). ``private_tmp`` False keeps the host's /tmp (a server that uses a path there), and

@@ -159,8 +159,8 @@ class DesiredModel(BaseModel):
     @field_validator("served_model_name")
     @classmethod
     def _served_model_name(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not _templated(value) and (not value.strip() or len(value) > SERVED_NAME_MAX
-                                                             or value != value.strip()):
+        if value is not None and not _templated(value) and (
+                not value.strip() or len(value) > SERVED_NAME_MAX or value != value.strip()):
             raise ValueError("must be 1-%d characters without leading or trailing spaces (clients send it as "
                              "\"model\"), got %r" % (SERVED_NAME_MAX, value[:80]))
         return value

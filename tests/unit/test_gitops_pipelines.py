@@ -655,9 +655,9 @@ def test_issue38_pr_preview_reads_only_mains_snapshot(forge, tmp_path, how):
                                       text=True, timeout=60, check=False)
                 assert proc.returncode == 0, "%s\n%s%s" % (step["run"], proc.stdout, proc.stderr)
     assert json.loads((tmp_path / ".snapshot" / "llmops-1.json").read_text()) == {"host": "llmops-1", "artifact": 1}
-    assert [(method, path) for method, path, _ in Forge.requests] == [
+    assert [(method, path) for method, path, _headers in Forge.requests] == [
         ("GET", "/repos/llmops/inference/actions/artifacts?name=llmops-snapshot&per_page=100"), ("GET", "/artifacts/1.zip")]
-    assert all(headers.get("authorization") == "Bearer gh-read-only" for _, _, headers in Forge.requests)
+    assert all(headers.get("authorization") == "Bearer gh-read-only" for _method, _path, headers in Forge.requests)
 
 
 def test_mr_preview_reads_the_default_branchs_apply_artifacts(forge, tmp_path):
@@ -669,7 +669,7 @@ def test_mr_preview_reads_the_default_branchs_apply_artifacts(forge, tmp_path):
     run_lines_in(lines, tmp_path, env)
     assert json.loads((tmp_path / ".snapshot" / "llmops-1.json").read_text())["artifact"] == "gitlab-main"
     assert not (tmp_path / "summary.json").exists()
-    assert [(method, headers.get("job-token")) for method, _, headers in Forge.requests] == [("GET", "job-token")]
+    assert [(method, headers.get("job-token")) for method, _path, headers in Forge.requests] == [("GET", "job-token")]
 
 
 # --- the evaluators themselves ---------------------------------------------------------------------

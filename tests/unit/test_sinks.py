@@ -154,13 +154,13 @@ def _plain(value: str) -> str:
     return value.replace("%%", "%")
 
 
-BASELINE = [(section, key) for section, key, _ in parse_unit(TEMPLATE.render(**serve_vars()))]
+BASELINE = [(section, key) for section, key, _value in parse_unit(TEMPLATE.render(**serve_vars()))]
 
 
 def check_unit(text: str, values: Dict[str, object]) -> None:
     """The unit holds exactly the template's directives, each with the value meant."""
     directives = parse_unit(text)
-    assert [(section, key) for section, key, _ in directives] == BASELINE
+    assert [(section, key) for section, key, _value in directives] == BASELINE
     found = {key: value for _section, key, value in directives if key not in ("Environment", "ReadWritePaths")}
     plan = values["serve_plan"]
     assert _plain(found["Description"]) == "vLLM serving %s (%s@%s)" % (

@@ -634,7 +634,7 @@ def check_takeover_unit(server, text):
     """The unit parsed back as systemd reads it holds exactly the directives meant, each with its value."""
     environ = {key: value for key, value in server["environ"].items() if key not in vp.SESSION_ENV}
     plain_env = {key: value for key, value in environ.items() if not vp.is_secret_env(key)}
-    argv = [word for word in server["argv"][:-2]]  # --api-key K goes to the EnvironmentFile
+    argv = list(server["argv"][:-2])  # --api-key K goes to the EnvironmentFile
     uses_tmp = any(_under_tmp(part) for value in [server["cwd"]] + argv + list(environ.values())
                    for part in value.split(":") if part.startswith("/"))
     writable = sorted(set([server["cwd"]] + [environ[key] for key in ("HOME", "HF_HOME") if key in environ]))
