@@ -397,7 +397,9 @@ def _env() -> Dict[str, str]:
     """The play's environment: ansible-playbook of this Python's venv first (a wheel installed in a venv
     that is not on PATH), plain output for the logs."""
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
-    return {"PATH": path, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+    # An inventory source ansible-playbook cannot parse stops the run, as it stopped the CLI's own check.
+    return {"PATH": path, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "1"}
 
 
 def run_playbook(command: str, inventories: List[str], extra: List[str], limit: Optional[str], lock_timeout: Optional[int],
