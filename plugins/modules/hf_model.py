@@ -406,6 +406,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.vllm.plugins.module_utils import hub
+from ansible_collections.llmops.vllm.plugins.module_utils.redact import protect_endpoints
 
 
 class HfModel(object):
@@ -782,6 +783,7 @@ def main():
         mutually_exclusive=[('token', 'token_file')],
         supports_check_mode=True,
     )
+    protect_endpoints(module, 'endpoint')  # its user:password@ never shows in results or at -vvv (module_utils/redact.py)
     if module.params['keep'] < 0:
         module.fail_json(msg='keep %d: give 0 (prune nothing) or the number of versions to keep' % module.params['keep'])
     if module.params['max_workers'] < 1:
