@@ -376,6 +376,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state, hub
+from ansible_collections.llmops.vllm.plugins.module_utils.redact import protect_endpoints
 
 
 def unit_active(unit):
@@ -503,6 +504,7 @@ def main():
                      ('action', 'renew', ['holder']), ('action', 'unlock', ['holder'])],
         supports_check_mode=True,
     )
+    protect_endpoints(module, 'hub_endpoint')  # its user:password@ never shows in results or at -vvv (module_utils/redact.py)
     p = module.params
     path = p['path'] or host_state.state_path(p['state_dir'])
     misplaced = ['%s only goes with action=%s' % (option, action)
