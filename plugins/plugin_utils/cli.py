@@ -7,7 +7,7 @@
     llmops-vllm model --model PATH [--json]
     llmops-vllm plan (--topo-file F [--query-file F] | --facts F) --model PATH [overrides] [--json]
     llmops-vllm compare <host inputs> --model A [--model-id ID] --model B ... [overrides] [--json]
-    llmops-vllm validate --inventory PATH [--json]        the desired state (vllm_model) of every host
+    llmops-vllm validate --inventory PATH [--vault-password-file F] [--json]   the desired state (vllm_model) of every host
     llmops-vllm apply -i INVENTORY [-l LIMIT] [-e VARS] [--lock-timeout S] [--json]   roll out (ansible-runner)
     llmops-vllm diff  -i INVENTORY [-l LIMIT] [-e VARS] [--json]                      what apply would change
 
@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_valid = sub.add_parser("validate", help="check the desired state (vllm_model) of every host of an inventory")
     p_valid.add_argument("--inventory", "-i", required=True, help="inventory path, as for ansible-playbook -i")
     p_valid.add_argument("--variable", default="vllm_model")
+    p_valid.add_argument("--vault-password-file", help="for the inventory's Vault-encrypted vars files")
     p_valid.add_argument("--json", action="store_true")
 
     for name, what in (("apply", "roll the inventory's desired state out (playbook llmops.vllm.rollout, through ansible-runner)"),
@@ -235,28 +236,41 @@ def _add_plan_options(p_plan: argparse.ArgumentParser) -> None:
                              "never switched on by the planner itself")
 
 
-def inventory_hostvars(path: str) -> Dict[str, Dict[str, Any]]:
-    """Every host's variables as `ansible-inventory --list` sees them (not templated)."""
+def load_inventory(sources: Sequence[str], vault_password_file: Optional[str] = None, limit: Optional[str] = None,
+                   pattern: str = "all") -> Dict[str, Any]:
+    """The inventories as ansible-playbook loads them (plugin_utils/inventory.py, in a child process):
+    {"hosts", "targets" (pattern within --limit), "hostvars"}. A missing or unparsable source, no host at
+    all, or a --limit that matches none is a UsageError naming the inventory, what is wrong and what to do."""
     import subprocess
-    binary = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
-    if not os.path.exists(binary):
-        binary = "ansible-inventory"
+
+    from ansible_collections.llmops.vllm.plugins.plugin_utils import inventory
+
+    missing = inventory.missing_files(sources, vault_password_file)  # without starting the child
+    if missing:
+        raise UsageError(missing)
+    request = {"sources": list(sources), "vault_password_file": vault_password_file, "limit": limit, "pattern": pattern}
     try:
-        proc = subprocess.run([binary, "-i", path, "--list"], capture_output=True, text=True, timeout=120, check=False)
-    except OSError as exc:
-        raise UsageError("cannot run ansible-inventory: %s" % exc)
-    if proc.returncode != 0:
-        raise UsageError("ansible-inventory -i %s failed: %s" % (path, " ".join(proc.stderr.split())[-400:]))
-    data = json.loads(proc.stdout)
-    hostvars = dict((data.get("_meta") or {}).get("hostvars") or {})
-    for group in data.values():
-        for host in (group.get("hosts") or []) if isinstance(group, dict) else []:
-            hostvars.setdefault(host, {})
-    return hostvars
+        # -P: the current directory (an inventory repository) shadows no module of the child's
+        proc = subprocess.run([sys.executable] + (["-P"] if sys.version_info >= (3, 11) else [])
+                              + ["-m", "ansible_collections.llmops.vllm.plugins.plugin_utils.inventory"],
+                              input=json.dumps(request), capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError("inventory %s: cannot load it (%s)" % (", ".join(sources), exc))
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        raise UsageError("inventory %s: cannot load it (status %d: %s)" % (
+            ", ".join(sources), proc.returncode, " ".join(proc.stderr.split())[-400:]))
+    if answer.get("error"):
+        raise UsageError(answer["error"])
+    for line in proc.stderr.splitlines():  # Ansible's own warnings about an inventory that loaded
+        if line.startswith(("[WARNING]", "[DEPRECATION WARNING]")):
+            sys.stderr.write("llmops-vllm: %s\n" % line)
+    return dict(answer)
 
 
 def validate_inventory(args: argparse.Namespace) -> Dict[str, Any]:
-    hostvars = inventory_hostvars(args.inventory)
+    hostvars = load_inventory([args.inventory], args.vault_password_file)["hostvars"]
     valid, problems = desired_state.validate_inventory(hostvars, args.variable)
     several: Dict[str, List[Dict[str, Any]]] = {}
     if args.variable == "vllm_model":  # and the list of several models, vllm_models
@@ -282,10 +296,12 @@ def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
         overrides = apply.extra_vars_documents(args.extra_vars)
     except ValueError as exc:
         raise UsageError(str(exc))
-    hostvars: Dict[str, Dict[str, Any]] = {}
-    for path in args.inventory:
-        for host, variables in inventory_hostvars(path).items():
-            hostvars.setdefault(host, {}).update(variables)
+    pattern = str(overrides.get("rollout_hosts") or "vllm_servers")
+    if "{{" in pattern:  # templated: the play resolves it
+        pattern = "all"
+    inventory = load_inventory(args.inventory, args.vault_password_file, args.limit, pattern)
+    hosts = inventory["targets"]
+    hostvars: Dict[str, Dict[str, Any]] = inventory["hostvars"]
     for variables in hostvars.values():
         variables.update(overrides)
     # What the controller can read as plain data; templated or Vault-encrypted values are for the
@@ -303,9 +319,13 @@ def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
     if problems:
         raise UsageError("the desired state is not valid, nothing was run: %s" % "; ".join(
             problems[host] for host in sorted(problems)))
+    if args.playbook in (apply.DEFAULT_PLAYBOOK, "llmops.vllm.plan") and not hosts:
+        raise UsageError("no host of inventory %s%s is in %s, the hosts the rollout targets (rollout_hosts); put the "
+                         "hosts in group vllm_servers, or pass -e rollout_hosts=GROUP - nothing was run" % (
+                             ", ".join(args.inventory), " within --limit %s" % args.limit if args.limit else "", pattern))
     common = dict(playbook=args.playbook, vault_password_file=args.vault_password_file, verbosity=args.verbose, live=args.live)
     if getattr(args, "offline", None):
-        summary = run_offline(args, overrides, common)
+        summary = run_offline(args, hosts, common)
     else:
         summary = apply.run_playbook(args.command, args.inventory, args.extra_vars, args.limit, args.lock_timeout,
                                      args.artifacts, **common)
@@ -321,25 +341,14 @@ def run_rollout(args: argparse.Namespace) -> Tuple[Dict[str, Any], int]:
     return summary, summary["exit_code"]
 
 
-def play_hosts(inventories: List[str], limit: Optional[str], pattern: str) -> List[str]:
-    """The hosts the rollout's play targets (its hosts pattern, --limit), as ansible-playbook resolves them."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-
-    manager = InventoryManager(loader=DataLoader(), sources=[os.path.abspath(path) for path in inventories])
-    if limit:
-        manager.subset(limit)
-    return sorted(host.name for host in manager.get_hosts(pattern))
-
-
-def run_offline(args: argparse.Namespace, overrides: Dict[str, Any], common: Dict[str, Any]) -> Dict[str, Any]:
-    """diff --offline DIR: the preview on the controller, each host's files and reads from its snapshot."""
+def run_offline(args: argparse.Namespace, hosts: List[str], common: Dict[str, Any]) -> Dict[str, Any]:
+    """diff --offline DIR: the preview on the controller, each host's files and reads from its snapshot; ``hosts``:
+    those the play targets (load_inventory)."""
     import shutil
     import tempfile
 
     from ansible_collections.llmops.vllm.plugins.plugin_utils import apply
 
-    hosts = play_hosts(args.inventory, args.limit, str(overrides.get("rollout_hosts") or "vllm_servers"))
     if not hosts:
         raise UsageError("--offline %s: the inventory names no host for the rollout (group vllm_servers, --limit)" % args.offline)
     root = tempfile.mkdtemp(prefix="llmops-vllm-offline-")
