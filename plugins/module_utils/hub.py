@@ -743,7 +743,12 @@ def select_prune(versions: Iterable[Version], keep: int, current: str, protected
 
 
 def remove_version(path: str) -> None:
-    """Delete one version directory and its progress file."""
+    """Delete one version directory and its progress file.
+
+    Its directory must be root's, reached without a link another user planted (paths.open_dir); rmtree
+    itself removes by file descriptor and never follows a link inside the version.
+    """
+    os.close(paths.open_dir(os.path.dirname(os.path.normpath(path)), what="the directory of the version %s" % path))
     shutil.rmtree(path)
     try:
         os.unlink(progress_path(path))
@@ -819,7 +824,7 @@ def dir_mode(file_mode: int) -> int:
 def attribute_targets(dest: str, relpaths: Iterable[str], file_mode: int) -> List[Tuple[str, int]]:
     """(path, mode) for dest, the directories below it that hold model files, every file and the
     manifest: everything the service user must be able to read. The module sets owner, group and
-    these modes with AnsibleModule.set_fs_attributes_if_different (as root: every path is checked to
+    these modes by file descriptor, never through a link (paths.set_attributes_at; every path is checked to
     stay inside dest, see dest_path)."""
     directories = {dest}
     for rel in relpaths:
@@ -1246,8 +1251,8 @@ class Fetch:
     manifest is not this class's job: the caller writes it only when every file is in place.
 
     ``set_attributes(path, mode)`` gives a verified file its owner, group and ``file_mode`` before
-    it is renamed into dest (the module passes AnsibleModule.set_fs_attributes_if_different with
-    its owner/group); None leaves the files as they were written.
+    it is renamed into dest (the module passes its own, which never goes through a link); None leaves
+    the files as they were written.
     """
 
     def __init__(self, hub: Hub, repo_id: str, commit: str, dest: str, remote_files: Iterable[RemoteFile], progress: Progress,

@@ -29,6 +29,13 @@ description:
     manifest read back - must stay inside its root once symlinks are resolved. A listing with a file the hub
     gives neither a sha256 nor a git blob id for (which only its size could check) is refused. Each refusal
     names the repository and the value and comes before anything is written.
+  - Root never follows a link another user could have planted. O(models_root), O(dest) and the directories
+    between them are created and reached one component at a time by file descriptor (C(O_NOFOLLOW)); each must
+    be owned by root (or the user the module runs as) and not writable by its group or others, every directory
+    in O(dest) too, and O(dest) must hold no symlink - else the module refuses before writing anything, naming
+    the directory, its owner and mode (the rollout's C(llmops.vllm.host_dirs) step makes an older host's
+    directories root's). Owner and mode are set through a descriptor opened with C(O_NOFOLLOW); a file with
+    more than one hard link is left as it is, with a warning.
   - An interrupted fetch resumes. Files already verified are kept (and not re-hashed), partial files are
     continued with an HTTP Range request where the hub honours it (the public hub does; a hub that ignores
     Range makes that one file start over). Files stored in Xet go through hf_xet when it is installed.
@@ -139,8 +146,10 @@ options:
     default: false
   owner:
     description:
-      - Owner of the model files and directories (the service user must be able to read them).
-      - Default the user the module runs as.
+      - Owner of the model files. Default (and the rollout's choice) the user the module runs as, root: the
+        service user only reads the files, which the mode must allow.
+      - Directories stay owned by the user the module runs as, whatever this says - root never writes in a
+        directory another user could plant a link in.
     type: str
   group:
     description:
@@ -149,6 +158,8 @@ options:
   mode:
     description:
       - Mode of the model files, octal (quote it in YAML). Directories get it plus C(x) wherever it has C(r).
+      - A mode that lets the group or others write is refused (a directory they could write is one root
+        refuses to write in).
     type: raw
     default: '0644'
   disk_margin_bytes:
@@ -400,12 +411,13 @@ actions:
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmops.vllm.plugins.module_utils import hub
+from ansible_collections.llmops.vllm.plugins.module_utils import hub, paths
 from ansible_collections.llmops.vllm.plugins.module_utils.redact import protect_endpoints
 
 
@@ -425,8 +437,6 @@ class HfModel(object):
         self.uid = hub.resolve_uid(self.params['owner'])
         self.gid = hub.resolve_gid(self.params['group'])
         self.file_mode = hub.parse_mode(self.params['mode'])
-        # owner and group for Ansible's own attribute setter; the mode is given per path (set_attributes).
-        self.file_args = module.load_file_common_arguments(self.params, path=self.models_root)
         self.client = None
         self.actions = []
         self.result = dict(changed=False, repo_id=self.repo_id, revision=self.revision,
@@ -611,10 +621,7 @@ class HfModel(object):
 
     def download(self, commit, dest, remote, plan, stale, verified, progress_file):
         """Download, verify, place; the manifest last. Any failure leaves no manifest behind."""
-        parent = os.path.dirname(dest.rstrip('/'))
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        if not os.path.isdir(dest):
-            os.makedirs(dest, mode=0o755)
+        self.trusted_dest(dest)
         # From here on the version is not complete: the manifest goes before anything is touched.
         try:
             os.unlink(hub.manifest_path(dest))
@@ -659,10 +666,38 @@ class HfModel(object):
                            restarted=sorted(fetch.restarted), transfers=fetch.transfers,
                            throughput_bytes_per_s=int(downloaded / seconds) if downloaded and seconds > 0 else 0)
 
+    def trusted_dest(self, dest):
+        """dest and the directories above it, created where missing, each reached by file descriptor and
+        refused unless root's (or this user's) and not writable by anyone else; then every directory in dest
+        must be too, and dest must hold no symlink. From here on nobody else can plant a link where this run
+        writes (paths.open_dir, paths.tree_refusal)."""
+        what = 'dest %s (the version directory of %s)' % (dest, self.repo_id)
+        fd = paths.open_dir(dest, what=what, create_mode=hub.dir_mode(self.file_mode))
+        try:
+            hard_links = paths.tree_refusal(fd, dest, what=what)
+        finally:
+            os.close(fd)
+        for path in hard_links:
+            self.module.warn('%s has more than one hard link: its owner and mode are left as they are (the other '
+                             'names may be files outside dest); replace it with a copy' % path)
+
     def set_attributes(self, path, mode):
-        """Owner, group (the module's options) and mode on path where they differ; True when they did.
-        In check mode nothing is changed, and True still says that something would be."""
-        return self.module.set_fs_attributes_if_different(dict(self.file_args, path=path, mode=mode), False)
+        """Owner (files only: a directory stays the module user's, as root never writes in a directory another
+        user owns), group and mode on path where they differ; True when they did. Never through a link: a
+        symlink is refused, a hard-linked file left alone with a warning (paths.set_attributes_at). In check
+        mode nothing is changed or opened, and True still says that something would be."""
+        st = os.lstat(path)
+        is_dir = stat.S_ISDIR(st.st_mode)
+        uid = os.geteuid() if is_dir else (self.uid if self.uid is not None else os.geteuid())
+        gid = self.gid if self.gid is not None else -1
+        if self.module.check_mode:
+            return (stat.S_ISLNK(st.st_mode) or st.st_uid != uid or (gid >= 0 and st.st_gid != gid)
+                    or stat.S_IMODE(st.st_mode) != mode)
+        changed, warning = paths.set_attributes_at(path, uid, gid, mode,
+                                                   what='a directory of the model' if is_dir else 'a model file')
+        if warning:
+            self.module.warn(warning)
+        return changed
 
     def fix_attributes(self, dest, relpaths):
         """A complete version whose owner/group/mode drifted is fixed (changed), never re-downloaded."""
@@ -704,6 +739,9 @@ class HfModel(object):
         except hub.HubError as exc:
             self.finish()
             self.module.fail_json(msg=str(exc), **dict(self.result, **exc.details))
+        except paths.PathError as exc:
+            self.finish()
+            self.module.fail_json(msg=str(exc), **self.result)
         except OSError as exc:
             self.finish()
             self.module.fail_json(msg='%s: %s; check that the models directory is writable and has room (the '
@@ -786,6 +824,13 @@ def main():
     protect_endpoints(module, 'endpoint')  # its user:password@ never shows in results or at -vvv (module_utils/redact.py)
     if module.params['keep'] < 0:
         module.fail_json(msg='keep %d: give 0 (prune nothing) or the number of versions to keep' % module.params['keep'])
+    try:
+        if hub.parse_mode(module.params['mode']) & 0o022:
+            module.fail_json(msg="mode %r lets the group or others write the model files and directories: root "
+                                 "writes only in directories no other user can write; give e.g. '0644'"
+                                 % (module.params['mode'],))
+    except hub.HubError as exc:
+        module.fail_json(msg=str(exc))
     if module.params['max_workers'] < 1:
         module.fail_json(msg='max_workers %d: give at least 1' % module.params['max_workers'])
     try:

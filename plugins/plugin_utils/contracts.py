@@ -890,6 +890,34 @@ class HaproxyServerResult(_Result):
     serving_elsewhere: List[str]
 
 
+class HostDirsChange(_Result):
+    """host_dirs: one owner/mode change."""
+    path: str
+    before: str
+    after: str
+
+
+class HostDirsSkipped(_Result):
+    """host_dirs: one path left as it is."""
+    path: str
+    reason: str
+
+
+class HostDirsCounts(_Result):
+    """host_dirs: how many paths were changed and skipped in all."""
+    changed: int
+    skipped: int
+
+
+class HostDirsResult(_Result):
+    """host_dirs: the control-plane directories made root's, each model's cache the service user's."""
+    changes: List[HostDirsChange]
+    skipped: List[HostDirsSkipped]
+    counts: HostDirsCounts
+    cache_dirs: List[str]
+    actions: List[str]
+
+
 class SoakWindow(_Result):
     """What one server answered during a soak (vllm_soak)."""
     requests: int
@@ -925,5 +953,6 @@ MODULE_CONTRACTS = {
     "vllm_process_info": VllmProcessInfoResult,
     "vllm_takeover": VllmTakeoverResult,
     "haproxy_server": HaproxyServerResult,
+    "host_dirs": HostDirsResult,
     "vllm_soak": VllmSoakResult,
 }

@@ -111,6 +111,7 @@ def serve_vars(venv: str = "/opt/llmops-vllm/venvs/vllm-0.32.0", **change) -> Di
         ansible_managed="Ansible managed", serve_repo_id="org/chat", serve_commit="a" * 40,
         serve_served_model_name="chat", serve_user="vllm", serve_group="vllm",
         serve_state_dir="/var/lib/llmops-vllm", serve_cache_dir="/var/cache/llmops-vllm",
+        serve_home="/var/cache/llmops-vllm/chat",
         serve_environment={"HOME": "/var/lib/llmops-vllm", "HF_HUB_OFFLINE": "1"}, serve_api_key="k",
         serve_env_file="/etc/llmops-vllm/chat.env", serve_venv=venv, serve_python="/usr/bin/python3",
         serve_libexec_dir="/usr/local/libexec/llmops-vllm", serve_health_url="http://127.0.0.1:8000/health",
