@@ -10,9 +10,12 @@ __metaclass__ = type
 
 import functools
 import hashlib
+import hmac
 import json
 import os
 from typing import Any, Callable, Dict, Optional
+
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmops.vllm.plugins.module_utils import host_state
 from ansible_collections.llmops.vllm.plugins.module_utils.vllm_process import describe_foreign
@@ -41,13 +44,22 @@ def code_digest(root: str = COLLECTION_ROOT) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(inputs: Any) -> str:
-    """sha256 of everything that decides what a rollout leaves on a host: `inputs` (the desired model and
-    the variables of the roles, as canonical JSON) and the collection's code. The state records it; the
-    next rollout with the same fingerprint may stop after cheap probes (vllm_state action=verify)."""
+def fingerprint(inputs: Any, key: str = "") -> str:
+    """HMAC-SHA256, keyed with the host's fingerprint key, of everything that decides what a rollout leaves on
+    a host: `inputs` (the desired model and the variables of the roles, as canonical JSON - secrets such as the
+    API key among them, so that a new key is a new fingerprint) and the collection's code. The state records it;
+    the next rollout with the same fingerprint may stop after cheap probes (vllm_state action=verify).
+
+    The key (roles/rollout/tasks/fastpath.yml: /etc/llmops-vllm/fingerprint.key, 0600 root, made on the host's
+    first rollout, never shown) is what keeps the secrets in: without it, a fingerprint in the state file (0644)
+    or in a run's artifacts cannot be tried against guessed API keys."""
+    if not isinstance(key, str) or not key.strip():
+        raise AnsibleFilterError("llmops.vllm.fingerprint: no key - pass the host's fingerprint key (the content "
+                                 "roles/rollout/tasks/fastpath.yml reads); an unkeyed hash would let anyone who "
+                                 "reads the state file try guesses of the secrets among the inputs")
     document = json.dumps({"inputs": inputs, "code": code_digest()}, sort_keys=True, separators=(",", ":"),
                           default=str)
-    return hashlib.sha256(document.encode("utf-8")).hexdigest()
+    return hmac.new(key.strip().encode("utf-8"), document.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def plan_record(plan: Optional[Dict[str, Any]]) -> Dict[str, Any]:

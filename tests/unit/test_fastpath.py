@@ -380,6 +380,7 @@ INPUTS = {
     "rollout": ["", 2, "vllm", "vllm", "/var/lib/llmops-vllm", "/etc/systemd/system", "/var/lib/llmops-vllm/models",
                 "", "hf_token", "", 2, 1800, 65536],
 }
+KEY = "a-hosts-fingerprint-key"  # the content of /etc/llmops-vllm/fingerprint.key (roles/rollout/tasks/fastpath.yml)
 
 
 def reordered(value):
@@ -394,10 +395,10 @@ def reordered(value):
 def test_fingerprint_is_stable_whatever_the_key_order():
     again = reordered(json.loads(json.dumps(INPUTS)))
     assert list(again) != list(INPUTS) and list(again["vllm_model"]) != list(INPUTS["vllm_model"])
-    first = host_state_filter.fingerprint(INPUTS)
+    first = host_state_filter.fingerprint(INPUTS, KEY)
     assert re.match(r"^[0-9a-f]{64}$", first)
-    assert host_state_filter.fingerprint(again) == first
-    assert host_state_filter.fingerprint(json.loads(json.dumps(INPUTS))) == first
+    assert host_state_filter.fingerprint(again, KEY) == first
+    assert host_state_filter.fingerprint(json.loads(json.dumps(INPUTS)), KEY) == first
 
 
 def _changed(path, value):
@@ -430,7 +431,7 @@ CHANGES = {
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_fingerprint_differs_when_any_input_differs(change):
     path, value = CHANGES[change]
-    assert host_state_filter.fingerprint(_changed(path, value)) != host_state_filter.fingerprint(INPUTS)
+    assert host_state_filter.fingerprint(_changed(path, value), KEY) != host_state_filter.fingerprint(INPUTS, KEY)
 
 
 def test_fingerprint_is_a_filter():
