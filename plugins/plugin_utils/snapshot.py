@@ -14,8 +14,10 @@ does not hold is answered from what it does hold where the module's own logic al
 REPLAY), otherwise the preview fails and names the read.
 
 Plain functions here; the action plugin (plugins/action/host_read.py) and the CLI (apply.py) use them.
-Secrets never enter a snapshot: arguments named in SECRET_ARGS are dropped before keys are made and
-before anything is written, and the secret environment file is not among the recorded files."""
+Secrets never enter a snapshot: arguments named in SECRET_ARGS are dropped and the password of every
+URL (a hub endpoint's user:password@) is masked before keys are made and before anything is written;
+the host's environment (ansible_env and the other ENV_FACTS) is dropped from every recorded result;
+the secret environment file is not among the recorded files; the file is written 0600."""
 
 
 import hashlib
@@ -30,6 +32,9 @@ REPLAY_VAR = "llmops_vllm_snapshot_replay"
 SECRET_ARGS = frozenset(("token", "api_key", "hub_token", "extra_index_url", "password"))
 # What a recorded result loses before it is stored: Ansible's own bookkeeping.
 DROPPED_RESULT_KEYS = frozenset(("invocation", "_ansible_no_log", "_ansible_verbose_always", "_ansible_delegated_vars"))
+# Facts that hold the host's environment (an HF_TOKEN, a proxy's password): never recorded.
+ENV_FACTS = frozenset(("ansible_env", "env", "ansible_environ", "environ"))
+MODE = 0o600
 
 # Reads a snapshot can answer for arguments it did not record, and how (host_read.py carries them out):
 #   servers  - vllm_process_info: the recorded servers, conflicts recomputed for the new port and GPUs;
@@ -48,9 +53,24 @@ class SnapshotError(Exception):
     """A snapshot that is missing, unreadable, of another format or without the read asked for."""
 
 
+def masked(value: Any) -> Any:
+    """value with the password of every URL in its strings masked (module_utils/redact.py)."""
+    from ansible_collections.llmops.vllm.plugins.module_utils.redact import mask_urls
+
+    if isinstance(value, str):
+        return mask_urls(value)
+    if isinstance(value, Mapping):
+        return dict((k, masked(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [masked(v) for v in value]
+    return value
+
+
 def public_args(args: Mapping[str, Any]) -> Dict[str, Any]:
-    """The arguments a read is recorded under: secrets, None values (omitted) and Ansible's own _ansible_* dropped."""
-    return dict((k, v) for k, v in sorted(args.items()) if k not in SECRET_ARGS and v is not None and not k.startswith("_ansible"))
+    """The arguments a read is recorded under: secrets, None values (omitted) and Ansible's own _ansible_* dropped,
+    URLs' passwords masked."""
+    return dict((k, masked(v)) for k, v in sorted(args.items())
+                if k not in SECRET_ARGS and v is not None and not k.startswith("_ansible"))
 
 
 def read_key(module: str, args: Mapping[str, Any]) -> str:
@@ -60,7 +80,12 @@ def read_key(module: str, args: Mapping[str, Any]) -> str:
 
 
 def public_result(result: Mapping[str, Any]) -> Dict[str, Any]:
-    return dict((k, v) for k, v in result.items() if k not in DROPPED_RESULT_KEYS)
+    """What a read's result is recorded as: without Ansible's bookkeeping and the host's environment, URLs'
+    passwords masked."""
+    doc = dict((k, masked(v)) for k, v in result.items() if k not in DROPPED_RESULT_KEYS and k not in ENV_FACTS)
+    if isinstance(doc.get("ansible_facts"), dict):
+        doc["ansible_facts"] = dict((k, v) for k, v in doc["ansible_facts"].items() if k not in ENV_FACTS)
+    return doc
 
 
 def empty(host: str, taken_at: str, collection: str) -> Dict[str, Any]:
@@ -90,11 +115,11 @@ def load(directory: str, host: str) -> Dict[str, Any]:
 
 
 def save(directory: str, doc: Mapping[str, Any]) -> str:
-    """Write atomically (a partial snapshot is never left under the final name)."""
+    """Write atomically, 0600 (a partial snapshot is never left under the final name)."""
     from ansible_collections.llmops.vllm.plugins.module_utils.vllm_venv import write_file
 
     path = path_of(directory, str(doc["host"]))
-    write_file(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n", 0o644)
+    write_file(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n", MODE)
     return path
 
 

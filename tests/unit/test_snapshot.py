@@ -38,7 +38,7 @@ def test_save_and_load_round_trip_and_refuse_what_is_not_a_snapshot(tmp_path):
     doc = snapshot.empty("h1", "2026-12-02T00:00:00+00:00", "0.1.0")
     snapshot.record(doc, "ansible.builtin.setup", {"gather_subset": ["min"]}, {"ansible_facts": {"default_ipv4": {"address": "10.0.0.5"}}})
     path = snapshot.save(str(tmp_path), doc)
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644 and os.listdir(tmp_path) == ["h1.json"]  # no temporary file left
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and os.listdir(tmp_path) == ["h1.json"]  # no temporary file left
     assert snapshot.load(str(tmp_path), "h1") == json.loads(json.dumps(doc))
     with pytest.raises(snapshot.SnapshotError, match=r"no snapshot of h2 here - `llmops-vllm apply --snapshot"):
         snapshot.load(str(tmp_path), "h2")
