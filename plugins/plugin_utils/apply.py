@@ -206,8 +206,10 @@ class Progress:
     """Progress on a stream: a line per phase and per progress report (CI logs), or one live line
     that is rewritten (a terminal)."""
 
-    def __init__(self, stream: TextIO, live: Optional[bool] = None, min_interval: float = 10.0) -> None:
+    def __init__(self, stream: TextIO, live: Optional[bool] = None, min_interval: float = 10.0,
+                 secrets: Optional[List[str]] = None) -> None:
         self.stream = stream
+        self.secrets = secrets or []
         self.live = stream.isatty() if live is None else live
         self.min_interval = min_interval
         self.last_item: Dict[str, float] = {}
@@ -217,12 +219,12 @@ class Progress:
         if self._live_shown:
             self.stream.write("\r\033[K")
             self._live_shown = False
-        self.stream.write(text + "\n")
+        self.stream.write(redacted(text, self.secrets) + "\n")
         self.stream.flush()
 
     def status(self, host: str, text: str) -> None:
         """A progress report (download bytes and time left, readiness): rewritten live, else rate-limited."""
-        text = "%-12s %s" % (host, text)
+        text = redacted("%-12s %s" % (host, text), self.secrets)
         if self.live:
             width = 160
             self.stream.write("\r\033[K" + text[:width])
@@ -415,9 +417,6 @@ def run_playbook(command: str, inventories: List[str], extra: List[str], limit: 
     started = now_iso()
     os.makedirs(artifacts_root, exist_ok=True)
     private = os.path.abspath(artifacts_root)
-    cmdline: List[str] = []
-    for value in extra:
-        cmdline += ["-e", value]
     # Ours go after the user's -e values, so they win: the holder is this run's, --lock-timeout is
     # what the command line says (without it, an inventory's or -e's rollout_lock_timeout holds).
     ours: Dict[str, Any] = {"rollout_lock_holder": lock_holder(run_id)}
@@ -425,24 +424,30 @@ def run_playbook(command: str, inventories: List[str], extra: List[str], limit: 
         ours["rollout_lock_timeout"] = lock_timeout
     if command == "diff":
         ours["rollout_preview"] = True
-        cmdline += ["--diff"]
     ours.update(variables or {})
-    cmdline += ["-e", json.dumps(ours, sort_keys=True)]
-    if limit:
-        cmdline += ["--limit", limit]
-    if vault_password_file:
-        cmdline += ["--vault-password-file", os.path.abspath(vault_password_file)]
-    progress = Progress(progress_stream, live=live)
+    secrets = known_secrets(extra)
+    progress = Progress(progress_stream, live=live, secrets=secrets)
     collector = Collector(progress)
     progress.line("llmops-vllm %s: %s on %s (run %s)" % (command, playbook, ", ".join(inventories), run_id))
-    # cwd = the caller's (project_dir): its ansible.cfg, collections path and relative -e @files hold.
-    runner = ansible_runner.run(
-        private_data_dir=private, ident=run_id, playbook=playbook, project_dir=os.getcwd(),
-        inventory=[os.path.abspath(path) for path in inventories],
-        cmdline=" ".join(_quote(part) for part in cmdline), event_handler=collector, quiet=True,
-        verbosity=verbosity or None, envvars=_env())
-    collector.finish()
     artifacts = os.path.join(private, "artifacts", run_id)
+    with ExtraVars(extra + [json.dumps(ours, sort_keys=True)]) as files:
+        cmdline = files.cmdline() + (["--diff"] if command == "diff" else [])
+        if limit:
+            cmdline += ["--limit", limit]
+        if vault_password_file:
+            cmdline += ["--vault-password-file", os.path.abspath(vault_password_file)]
+        # cwd = the caller's (project_dir): its ansible.cfg, collections path and relative -e @files hold.
+        # The facts stay in memory: ansible-runner's default fact cache is a directory of the artifacts.
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=private, ident=run_id, playbook=playbook, project_dir=os.getcwd(),
+                inventory=[os.path.abspath(path) for path in inventories],
+                cmdline=" ".join(_quote(part) for part in cmdline), event_handler=collector, quiet=True,
+                verbosity=verbosity or None, envvars=_env(), fact_cache_type="memory",
+                status_handler=scrub_on_start)
+        finally:
+            scrub_artifacts(artifacts, secrets)
+    collector.finish()
     tail = ""
     try:
         with open(os.path.join(artifacts, "stdout"), encoding="utf-8", errors="replace") as handle:
@@ -455,6 +460,7 @@ def run_playbook(command: str, inventories: List[str], extra: List[str], limit: 
                         runner.status, tail)
     if offline:
         summary["offline"] = os.path.abspath(offline[0])
+    summary = dict(redacted(summary, secrets))
     path = os.path.join(artifacts, "summary.json")
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2, sort_keys=True)
@@ -474,7 +480,7 @@ def take_snapshot(directory: str, inventories: List[str], extra: List[str], limi
 
     from ansible_collections.llmops.vllm.plugins.plugin_utils import snapshot
 
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)  # each snapshot file is 0600 (snapshot.save)
     staging = tempfile.mkdtemp(prefix=".snapshot-", dir=directory)
     try:
         preview = run_playbook("diff", inventories, extra, limit, None, artifacts_root, playbook=playbook,
@@ -540,12 +546,6 @@ def notify(summary_file: str, inventories: List[str], extra: List[str], vault_pa
     """Post the summary to the webhook the inventory names (playbooks/notify.yml, the URL from Vault)."""
     import ansible_runner
 
-    cmdline: List[str] = []
-    for value in extra:
-        cmdline += ["-e", value]
-    cmdline += ["-e", json.dumps({"llmops_vllm_summary_file": os.path.abspath(summary_file)})]
-    if vault_password_file:
-        cmdline += ["--vault-password-file", os.path.abspath(vault_password_file)]
     failures: List[str] = []
 
     def handler(event: Dict[str, Any]) -> bool:
@@ -556,13 +556,194 @@ def notify(summary_file: str, inventories: List[str], extra: List[str], vault_pa
         return True
 
     private = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(summary_file))))
-    runner = ansible_runner.run(
-        private_data_dir=private, ident=os.path.basename(os.path.dirname(summary_file)) + "-notify", playbook=playbook,
-        project_dir=os.getcwd(), inventory=[os.path.abspath(path) for path in inventories],
-        cmdline=" ".join(_quote(part) for part in cmdline), event_handler=handler, quiet=True,
-        envvars=_env())
+    ident = os.path.basename(os.path.dirname(summary_file)) + "-notify"
+    with ExtraVars(extra + [json.dumps({"llmops_vllm_summary_file": os.path.abspath(summary_file)})]) as files:
+        cmdline = files.cmdline()
+        if vault_password_file:
+            cmdline += ["--vault-password-file", os.path.abspath(vault_password_file)]
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=private, ident=ident, playbook=playbook,
+                project_dir=os.getcwd(), inventory=[os.path.abspath(path) for path in inventories],
+                cmdline=" ".join(_quote(part) for part in cmdline), event_handler=handler, quiet=True,
+                envvars=_env(), fact_cache_type="memory", status_handler=scrub_on_start)
+        finally:
+            scrub_artifacts(os.path.join(private, "artifacts", ident), known_secrets(extra))
     return {"posted": runner.rc == 0 and not failures, "error": "; ".join(failures) or (
         None if runner.rc == 0 else "the notify play failed (status %s)" % runner.rc)}
+
+
+# ---------------------------------------------------------------------------- secrets out of the artifacts
+#
+# ansible-runner keeps the command line (its `command` file, with the controller's whole environment),
+# every event (job_events/: module arguments at -vvv, results, facts) and the stdout of a run. So:
+# - every -e value other than an @file goes to ansible-playbook as a 0600 file of its own, in a 0700
+#   directory outside the artifacts that is removed after the run (ExtraVars): the command line names
+#   only paths;
+# - the `command` file keeps the values of ENV_KEPT only, every other variable's value is masked
+#   (scrub_command: as soon as the run starts, and again after it);
+# - the facts stay in memory (ansible-runner's default fact cache is a directory of the artifacts);
+# - the modules mask a URL's password themselves (module_utils/redact.py), the roles no_log what carries
+#   a secret, and the rollout gathers no ansible_env;
+# - a last pass replaces the secrets the CLI knows - the values of secret-named -e variables and
+#   environment variables, URLs' passwords in either - in every file of the artifacts, the summary and the
+#   progress lines (known_secrets, scrub_artifacts, redacted): a safety net, not the mechanism.
+
+MASK = "********"
+# Names of variables whose values are secrets: a token, a password, an API key, a webhook URL (its path is one).
+SECRET_NAME = re.compile(r"token|passw|secret|api_?key|credential|private_key|webhook_url|auth|cookie|session",
+                         re.IGNORECASE)
+# The environment variables whose values the runner's `command` file keeps (what explains a run).
+ENV_KEPT = frozenset(("PATH", "HOME", "PWD", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TZ",
+                      "VIRTUAL_ENV", "PYTHONPATH", "ANSIBLE_CONFIG", "ANSIBLE_NOCOLOR", "ANSIBLE_FORCE_COLOR",
+                      "ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_CACHE_PLUGIN",
+                      "ANSIBLE_INVENTORY_UNPARSED_FAILED", "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED",
+                      "ANSIBLE_RETRY_FILES_ENABLED", "ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_LOCAL_TEMP",
+                      "ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_ROLES_PATH", "AWX_ISOLATED_DATA_DIR",
+                      "PYTHONUNBUFFERED", "LLMOPS_VLLM_ARTIFACTS"))
+# Shorter values are not masked everywhere (they would mask ordinary words); no real secret is this short.
+MIN_SECRET = 6
+
+
+class ExtraVars:
+    """-e values as ansible-playbook reads them, each inline one (key=value, JSON/YAML) in a 0600 file of
+    its own (`-e @file`: the same variables, trusted as the inline value was) in a 0700 directory outside
+    the artifacts, removed on exit; an -e @file stays as given."""
+
+    def __init__(self, extra: List[str]) -> None:
+        self.extra = list(extra)
+        self.directory = ""
+        self.args: List[str] = []
+
+    def __enter__(self) -> ExtraVars:
+        import tempfile
+        self.directory = tempfile.mkdtemp(prefix="llmops-vllm-vars-")
+        for value in self.extra:
+            if not value:
+                continue
+            self.args += ["-e", value if value.startswith("@") else "@" + self.write(_as_document(value))]
+        return self
+
+    def write(self, text: str) -> str:
+        path = os.path.join(self.directory, "%02d.yml" % (len(os.listdir(self.directory)) + 1))
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return path
+
+    def cmdline(self) -> List[str]:
+        return list(self.args)
+
+    def __exit__(self, *exc: Any) -> None:
+        import shutil
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _as_document(value: str) -> str:
+    """An inline -e value as the text of a vars file: JSON/YAML as it is (ansible-playbook reads both
+    with the same YAML loader), key=value through ansible's own parser as JSON."""
+    if value[:1] in ("{", "["):
+        return value
+    from ansible.parsing.splitter import parse_kv
+    return json.dumps(dict((str(k), str(v)) for k, v in parse_kv(value).items()), sort_keys=True)
+
+
+def _secrets_of(name: str, value: Any, found: List[str]) -> None:
+    from ansible_collections.llmops.vllm.plugins.module_utils.redact import url_secrets
+
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _secrets_of(str(key), item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _secrets_of(name, item, found)
+    elif isinstance(value, str):
+        candidates = url_secrets(value) + ([value] if SECRET_NAME.search(name) else [])
+        for one in candidates:
+            if len(one) >= MIN_SECRET and not one.isdigit() and one not in found:
+                found.append(one)
+
+
+def known_secrets(extra: List[str], environ: Optional[Dict[str, str]] = None) -> List[str]:
+    """The secrets this CLI can name: values of secret-named -e variables (inline or @file, not a Vault
+    file's) and environment variables, and the password of every URL in either; longest first."""
+    found: List[str] = []
+    try:
+        documents = extra_vars_documents(extra)
+    except ValueError:
+        documents = {}
+    _secrets_of("", documents, found)
+    environment = dict(os.environ if environ is None else environ)
+    for name in sorted(environment):
+        if name not in ENV_KEPT:
+            _secrets_of(name, environment[name], found)
+    return sorted(found, key=lambda one: (-len(one), one))
+
+
+def redacted(value: Any, secrets: List[str]) -> Any:
+    """value (a string, or JSON-like data) with every secret replaced by ********."""
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, MASK)
+        return value
+    if isinstance(value, dict):
+        return dict((key, redacted(item, secrets)) for key, item in value.items())
+    if isinstance(value, list):
+        return [redacted(item, secrets) for item in value]
+    return value
+
+
+def scrub_command(path: str) -> None:
+    """The runner's `command` file without the values of the environment (ENV_KEPT's aside)."""
+    from ansible_collections.llmops.vllm.plugins.module_utils.redact import mask_urls
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if not isinstance(env, dict):
+        return
+    doc["env"] = dict((name, mask_urls(str(value)) if name in ENV_KEPT and not SECRET_NAME.search(name) else MASK)
+                      for name, value in env.items())
+    temp = path + ".scrub"
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, ensure_ascii=False)
+    os.replace(temp, path)
+
+
+def scrub_on_start(status: Dict[str, Any], runner_config: Any = None) -> None:
+    """ansible-runner's status handler: once the run is started its `command` file is written - scrub it."""
+    if status.get("status") == "running" and runner_config is not None:
+        scrub_command(os.path.join(str(runner_config.artifact_dir), "command"))
+
+
+def scrub_artifacts(artifacts: str, secrets: List[str]) -> None:
+    """After a run: the `command` file scrubbed, and every secret the CLI knows replaced in every file
+    of the run's artifacts (JSON-escaped too) - a safety net behind the mechanisms above."""
+    scrub_command(os.path.join(artifacts, "command"))
+    if not secrets:
+        return
+    forms = []
+    for secret in secrets:
+        forms += [secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]]
+    forms = sorted(set(form for form in forms if form), key=lambda one: (-len(one), one))
+    for directory, _dirs, files in os.walk(artifacts):
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            clean = redacted(text, forms)
+            if clean != text:
+                mode = os.stat(path).st_mode & 0o777
+                temp = path + ".scrub"
+                with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8",
+                               errors="surrogateescape") as handle:
+                    handle.write(clean)
+                os.replace(temp, path)
 
 
 def _quote(part: str) -> str:
