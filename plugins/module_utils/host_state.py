@@ -10,10 +10,21 @@ Schema 1 of /var/lib/llmops-vllm/state.json::
      "previous": {"<name>": entry},      # the last entry retired or replaced under that name (rollback, revert)
      "history":  [entry without plan],   # newest first, at most HISTORY_LIMIT
      "lock":     null | {"holder": str, "controller": str, "started": iso8601, "lease_s": int,
-                         "renewed": iso8601}}   # renewed: optional, the lease counts from it
+                         "renewed": iso8601,         # optional: the lease counts from it (wall clock, shown)
+                         "boot_id": str, "boottime_s": float}}   # optional: the host's boot clock then
 
 The lock serialises runs against one host (acquire_lock / renew_lock / release_lock): the run that
-holds it renews its lease as it goes; a lock whose lease ran out is taken over with a warning.
+holds it renews its lease as it goes; a lock whose lease ran out is taken over with a warning. The
+lease is measured on the host's boot clock (CLOCK_BOOTTIME, which no clock step moves and which
+counts suspended time): a lock keeps the boot id and the boot-time seconds of its last renewal; another
+boot id (the host rebooted) ends the lease. A lock without them (written before) is judged by the wall
+clock. Every write of a run names its holder (record/retire `holder`): refused, nothing written, when
+another run holds the lock (fencing).
+
+The file is read only when it can be trusted (read()): a regular file with one link, opened without
+following a link, owned by root (or by the reader itself when it is not root), not writable by group
+or others. An empty file, ``{}`` or ``null`` is an error, never "serves nothing"; a missing file is
+the empty state of a host's first rollout. Writes leave no temporary file behind (write_atomic).
 
 An entry: name, unit (vllm-<name>.service), repo_id, revision, commit, path, served_model_name, bind,
 port, since (ISO 8601) and plan (PLAN_KEYS); optionally venv, fingerprint and unit_sha1 (ENTRY_OPTIONAL).
@@ -30,10 +41,14 @@ from __future__ import absolute_import, division, print_function
 
 import copy
 import datetime
+import errno
 import json
+import math
 import os
 import re
+import stat
 import tempfile
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 SCHEMA_VERSION = 1
@@ -69,8 +84,16 @@ PLAN_KEYS = {
 }
 # Older entries have no layout (the label came with planner v2).
 PLAN_OPTIONAL = ('layout',)
-LOCK_KEYS = {'holder': 'str', 'controller': 'str', 'started': 'time', 'lease_s': 'count', 'renewed': 'time'}
-LOCK_OPTIONAL = ('renewed',)
+LOCK_KEYS = {'holder': 'str', 'controller': 'str', 'started': 'time', 'lease_s': 'count', 'renewed': 'time',
+             'boot_id': 'str', 'boottime_s': 'seconds'}
+# renewed: once renewed; boot_id, boottime_s: written since issue 39 (a lock without them is judged by the wall clock).
+LOCK_OPTIONAL = ('renewed', 'boot_id', 'boottime_s')
+BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
+# The serve role's start timeout, `auto`: 10 min plus 10 s per GiB of weights (roles/serve/vars/main.yml).
+START_TIMEOUT_BASE_S = 600
+START_TIMEOUT_PER_GIB_S = 10
+# The readiness gate may overrun its timeout by its last attempt and the journal read (roles/serve/tasks/gate.yml).
+GATE_OVERRUN_S = 120
 STATE_KEYS = ('schema', 'models', 'previous', 'history', 'lock')
 
 # A state document (schema 1 once validated) and one of its entries: parsed JSON, checked by
@@ -92,6 +115,7 @@ _EXPECTED = {
     'strings': 'a list of strings',
     'time': 'an ISO 8601 time',
     'mapping': 'a mapping',
+    'seconds': 'a number of seconds >= 0',
 }
 
 
@@ -204,6 +228,7 @@ def _valid(kind: str, value: Any) -> bool:
         'strings': lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
         'time': _is_time,
         'mapping': lambda v: isinstance(v, dict),
+        'seconds': lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
     }
     return checks[kind](value)
 
@@ -307,10 +332,17 @@ def validate(state: Any, source: Optional[str] = None) -> State:
 
 # ----------------------------------------------------------------------------- migration
 
-def schema_of(document: Any, source: Optional[str] = None) -> Optional[int]:
-    """The schema of a parsed state file: SCHEMA_VERSION, LEGACY_SCHEMA, or None for an empty one."""
+EMPTY_HELP = ('the rollout never writes it so (a missing file is the empty state of a first rollout): '
+              'something emptied it. Nothing was changed. Restore it from a backup or the last report '
+              '(reports/<host>/latest.json); if the host really serves nothing, remove the file')
+
+
+def schema_of(document: Any, source: Optional[str] = None) -> int:
+    """The schema of a parsed state file: SCHEMA_VERSION or LEGACY_SCHEMA. ``{}`` and ``null`` are
+    refused (a state file is never written so): StateError saying what to do."""
     if document is None or document == {}:
-        return None
+        raise StateError('%s, not a state: %s' % ('null' if document is None else 'an empty JSON object {}', EMPTY_HELP),
+                         source)
     if not isinstance(document, dict):
         raise StateError('expected a JSON object, got %s' % type(document).__name__, source)
     schema: Any = document.get('schema')
@@ -328,10 +360,8 @@ def schema_of(document: Any, source: Optional[str] = None) -> Optional[int]:
 
 
 def migrate(document: Any, source: Optional[str] = None) -> State:
-    """Schema 1 from any state file this collection wrote (None or {}: an empty state). Idempotent."""
+    """Schema 1 from any state file this collection wrote. Idempotent. None or {} is refused (schema_of)."""
     schema = schema_of(document, source)
-    if schema is None:
-        return empty_state()
     if schema == SCHEMA_VERSION:
         state = copy.deepcopy(document)
         for key in ('models', 'previous'):
@@ -357,9 +387,10 @@ def migrate(document: Any, source: Optional[str] = None) -> State:
 
 
 def loads(text: str, source: Optional[str] = None) -> Tuple[State, bool]:
-    """(schema-1 state, whether it was migrated from schema 0) from a state file's text ('' : empty)."""
+    """(schema-1 state, whether it was migrated from schema 0) from a state file's text. An empty text
+    (or only white space), ``{}`` and ``null`` are refused: StateError naming the file and what to do."""
     if not text.strip():
-        return empty_state(), False
+        raise StateError('the file is empty (%d bytes), not a state: %s' % (len(text), EMPTY_HELP), source)
     try:
         document = json.loads(text)
     except ValueError as exc:
@@ -367,25 +398,96 @@ def loads(text: str, source: Optional[str] = None) -> Tuple[State, bool]:
     return migrate(document, source), schema_of(document, source) == LEGACY_SCHEMA
 
 
-def read(path: str) -> Tuple[State, bool, str]:
-    """(state, migrated, text) of the state file at `path`; a missing file is an empty state and text ''."""
+# The owners whose state file a reader trusts: root's; a reader that is not root (a test, a user reading
+# without become) also its own. Root never reads a file another user could have written.
+def _trusted_owners(euid: int) -> Tuple[int, ...]:
+    return (0,) if euid == 0 else (0, euid)
+
+
+def _owner_name(uid: int) -> str:
     try:
-        with open(path, 'rb') as handle:
-            text = handle.read().decode('utf-8')
+        import pwd
+        return '%d (%s)' % (uid, pwd.getpwuid(uid).pw_name)
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def trust_problem(st: os.stat_result, euid: Optional[int] = None) -> Optional[str]:
+    """Why a reader with `euid` must not trust a state file with this fstat (None: it may).
+
+    The file decides, not its directory: a directory an older release gave the service user is moved to
+    root by the rollout's migration, and until then the file root wrote there is still root's own."""
+    euid = os.geteuid() if euid is None else euid
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISREG(st.st_mode):
+        return 'not a regular file (mode %s)' % oct(st.st_mode)
+    if st.st_uid not in _trusted_owners(euid):
+        return 'owned by uid %s, mode %04o: not root\'s' % (_owner_name(st.st_uid), mode)
+    if mode & 0o022:
+        return 'mode %04o, owner uid %s: writable by %s' % (
+            mode, _owner_name(st.st_uid), ' and '.join(w for w, bit in (('its group', 0o020), ('others', 0o002)) if mode & bit))
+    if st.st_nlink != 1:
+        return '%d hard links (a link planted to another file?), owner uid %s, mode %04o' % (
+            st.st_nlink, _owner_name(st.st_uid), mode)
+    return None
+
+
+TRUST_HELP = ('another user could have written it, and root acts on what it says. Nothing was changed. Check its '
+              'content; if it is yours, make it root\'s and plain: `chown root:root F && chmod 0644 F` (no link); '
+              'the rollout\'s migration makes its directory root:root 0755')
+
+
+def read(path: str, euid: Optional[int] = None) -> Tuple[State, bool, str]:
+    """(state, migrated, text) of the state file at `path`; a missing file (or directory) is an empty
+    state and text ''. The file is opened without following a link (O_NOFOLLOW) and judged on what was
+    opened (fstat, trust_problem()): a link, another owner, a group/other-writable mode or a second hard
+    link is a StateError naming the owner and mode and what to do; so is an empty or unreadable file."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0)
+    try:
+        fd = os.open(path, flags)
     except OSError as exc:
-        if not os.path.exists(path):
+        if exc.errno == errno.ENOENT:
             return empty_state(), False, ''
-        raise StateError('cannot read it: %s' % exc, path)
+        if exc.errno == errno.ELOOP:
+            raise StateError('a symbolic link (to %r): root does not follow a link to its state file; %s'
+                             % (_readlink(path), TRUST_HELP.replace(' F', ' ' + path)), path)
+        raise StateError('cannot read it: %s; run with become (root owns the state file)' % (exc.strerror or exc), path)
+    try:
+        problem = trust_problem(os.fstat(fd), euid)
+        if problem:
+            raise StateError('%s - %s' % (problem, TRUST_HELP.replace(' F', ' ' + path)), path)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as exc:
+        raise StateError('cannot read it: %s' % (exc.strerror or exc), path)
+    finally:
+        os.close(fd)
+    try:
+        text = b''.join(chunks).decode('utf-8')
     except UnicodeDecodeError as exc:
         raise StateError('not UTF-8 text (%s); fix it or move it aside' % exc, path)
     state, migrated = loads(text, path)
     return state, migrated, text
 
 
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return '?'
+
+
 # ----------------------------------------------------------------------------- operations
 
-def record(state: State, entry: Any, replaces: Optional[str] = None, now: Optional[str] = None) -> State:
+def record(state: State, entry: Any, replaces: Optional[str] = None, now: Optional[str] = None,
+           holder: Optional[str] = None) -> State:
     """A new state in which `entry` is served: models[name] = entry.
+
+    With `holder` (the run's lock id): LockLost, nothing changed, unless `holder` holds the host's lock.
 
     The entry it replaces (the same name's, and the model named by `replaces`, when served) moves to
     previous[<its name>]; the entry, without plan, is prepended to the history (at most HISTORY_LIMIT).
@@ -393,6 +495,7 @@ def record(state: State, entry: Any, replaces: Optional[str] = None, now: Option
     Recording what is already served (all keys but `since` equal) returns the state unchanged.
     """
     state = copy.deepcopy(validate(state))
+    check_holder(state, holder, 'record %s' % (entry.get('name') if isinstance(entry, dict) else 'an entry'))
     if not isinstance(entry, dict):
         raise StateError('entry: expected a mapping, got %r' % (entry,))
     entry = normalize_entry(entry)
@@ -422,12 +525,13 @@ def _without_since(entry: Entry) -> Entry:
     return dict((key, value) for key, value in entry.items() if key != 'since')
 
 
-def retire(state: State, name: str) -> State:
+def retire(state: State, name: str, holder: Optional[str] = None) -> State:
     """A new state in which `name` is no longer served; its entry is kept as previous[name].
 
-    Retiring a model the host does not serve returns the state unchanged.
+    Retiring a model the host does not serve returns the state unchanged. With `holder`: as record().
     """
     state = copy.deepcopy(validate(state))
+    check_holder(state, holder, 'retire %s' % name)
     if name in state['models']:
         state['previous'][name] = state['models'].pop(name)
     return state
@@ -505,9 +609,42 @@ def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str 
 class LockHeld(StateError):
     """Another run holds the host's lock and its lease has not run out; .lock is that lock."""
 
-    def __init__(self, lock: Mapping[str, Any], now: Optional[str] = None) -> None:
+    def __init__(self, lock: Mapping[str, Any], now: Optional[str] = None, boot_id: Optional[str] = None,
+                 boottime: Optional[float] = None) -> None:
         self.lock = dict(lock)
-        super().__init__(describe_lock(lock, now))
+        super().__init__(describe_lock(lock, now, boot_id, boottime))
+
+
+class LockLost(StateError):
+    """A write (or a fence) of a run that does not hold the host's lock: another run took it over after
+    this run's lease ran out, or it was never taken. Nothing was written; .lock is the lock now (or None)."""
+
+    def __init__(self, holder: str, lock: Optional[Mapping[str, Any]], what: str) -> None:
+        self.lock = dict(lock) if lock else None
+        super().__init__('lock: %s does not hold it (%s) - refused to %s, nothing written: another run may be '
+                         'changing this host; this run stops here and leaves the host to the run that holds the lock'
+                         % (holder, describe_lock(lock) if lock else 'nobody does', what))
+
+
+def boot_clock() -> Tuple[Optional[str], Optional[float]]:
+    """(boot id, seconds since boot on CLOCK_BOOTTIME) of this host; (None, None) where there is none."""
+    try:
+        with open(BOOT_ID_PATH) as handle:
+            boot_id = handle.read().strip()
+        boottime = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, AttributeError, ValueError):
+        return None, None
+    return (boot_id, round(boottime, 3)) if boot_id else (None, None)
+
+
+def _clock(now: Optional[str], boot_id: Optional[str], boottime: Optional[float]) -> Tuple[str, Optional[str], Optional[float]]:
+    """The time of a lock operation: the host's own clocks when the caller gives none; a caller that gives
+    `now` alone works on the wall clock only (a lock it writes has no boot fields)."""
+    if now is None and boot_id is None and boottime is None:
+        boot_id, boottime = boot_clock()
+    if boot_id is None or boottime is None:
+        boot_id, boottime = None, None
+    return now or now_iso(), boot_id, boottime
 
 
 def _time(value: str) -> datetime.datetime:
@@ -515,21 +652,53 @@ def _time(value: str) -> datetime.datetime:
 
 
 def lock_expires(lock: Mapping[str, Any]) -> str:
-    """When the lease of `lock` runs out (ISO 8601): lease_s after it was last renewed (or taken)."""
+    """When the lease of `lock` runs out on the wall clock (ISO 8601): lease_s after it was last renewed
+    (or taken). Shown to people; the lease itself is judged by lease_left()."""
     since = _time(lock.get('renewed') or lock['started'])
     return (since + datetime.timedelta(seconds=int(lock['lease_s']))).isoformat()
 
 
-def lock_expired(lock: Mapping[str, Any], now: Optional[str] = None) -> bool:
-    return _time(now or now_iso()) >= _time(lock_expires(lock))
+def lease_left(lock: Mapping[str, Any], now: Optional[str] = None, boot_id: Optional[str] = None,
+               boottime: Optional[float] = None) -> Tuple[float, str]:
+    """(seconds of the lease left - 0 or less: it ran out, the clock that judged it). On the boot clock
+    when the lock has boot fields and the host's boot clock is known: another boot id ends the lease (the
+    host rebooted, every run on it died), else boot-time seconds count. Otherwise the wall clock."""
+    now, boot_id, boottime = _clock(now, boot_id, boottime)
+    held_boot, held_s = lock.get('boot_id'), lock.get('boottime_s')
+    if held_boot and _valid('seconds', held_s) and boot_id is not None and boottime is not None:
+        if held_boot != boot_id:
+            return -math.inf, 'the host rebooted since (boot id %s, now %s)' % (held_boot[:8], boot_id[:8])
+        return float(cast(float, held_s)) + int(lock['lease_s']) - boottime, 'boot clock'
+    return (_time(lock_expires(lock)) - _time(now)).total_seconds(), 'wall clock'
 
 
-def describe_lock(lock: Mapping[str, Any], now: Optional[str] = None) -> str:
-    """'held by <holder> on <controller> since <started>, lease until <expires> (<n> s left)'."""
-    left = int((_time(lock_expires(lock)) - _time(now or now_iso())).total_seconds())
+def lock_expired(lock: Mapping[str, Any], now: Optional[str] = None, boot_id: Optional[str] = None,
+                 boottime: Optional[float] = None) -> bool:
+    return lease_left(lock, now, boot_id, boottime)[0] <= 0
+
+
+def describe_lock(lock: Mapping[str, Any], now: Optional[str] = None, boot_id: Optional[str] = None,
+                  boottime: Optional[float] = None) -> str:
+    """'held by <holder> on <controller> since <started>, lease until <expires> (<n> s left)'; the time
+    shown is the wall clock's, the seconds left the boot clock's when the lock has one."""
+    now, boot_id, boottime = _clock(now, boot_id, boottime)
+    left, judged = lease_left(lock, now, boot_id, boottime)
+    if math.isinf(left):
+        return 'held by %s on %s since %s, lease ended: %s' % (lock['holder'], lock['controller'], lock['started'], judged)
+    until = (_time(now) + datetime.timedelta(seconds=left)).replace(microsecond=0).isoformat()
     return 'held by %s on %s since %s, lease until %s (%s)' % (
-        lock['holder'], lock['controller'], lock['started'], lock_expires(lock),
-        '%d s left' % left if left > 0 else 'expired %d s ago' % -left)
+        lock['holder'], lock['controller'], lock['started'], until,
+        '%d s left' % math.ceil(left) if left > 0 else 'expired %d s ago' % math.floor(-left))
+
+
+def check_holder(state: State, holder: Optional[str], what: str) -> None:
+    """Fencing: LockLost unless `holder` holds the lock of `state` (no `holder`: no check - a write
+    outside a locked run, e.g. by hand). Its lease may have run out as long as no other run took it."""
+    if holder is None:
+        return
+    held = state.get('lock')
+    if held is None or held.get('holder') != holder:
+        raise LockLost(holder, held, what)
 
 
 def _lock_problems(holder: Any, controller: Any, lease_s: Any) -> List[str]:
@@ -543,42 +712,54 @@ def _lock_problems(holder: Any, controller: Any, lease_s: Any) -> List[str]:
     return problems
 
 
-def acquire_lock(state: State, holder: str, controller: str, lease_s: int,
-                 now: Optional[str] = None) -> Tuple[State, Optional[Dict[str, Any]]]:
+def _with_clock(lock: Dict[str, Any], boot_id: Optional[str], boottime: Optional[float]) -> Dict[str, Any]:
+    lock = dict(lock)
+    lock.pop('boot_id', None)
+    lock.pop('boottime_s', None)
+    if boot_id is not None and boottime is not None:
+        lock.update(boot_id=boot_id, boottime_s=boottime)
+    return lock
+
+
+def acquire_lock(state: State, holder: str, controller: str, lease_s: int, now: Optional[str] = None,
+                 boot_id: Optional[str] = None, boottime: Optional[float] = None) -> Tuple[State, Optional[Dict[str, Any]]]:
     """(new state, the expired lock taken over or None) with `holder` holding the lock for lease_s.
 
     Free, or held by `holder` itself (a renewal): taken. Held by another whose lease ran out: taken
     over, and that lock is returned for the warning. Held by another within its lease: LockHeld.
+    The clock: see _clock() (the host's wall and boot clocks unless the caller gives them).
     """
     problems = _lock_problems(holder, controller, lease_s)
     if problems:
         raise StateError(problems)
     state = copy.deepcopy(validate(state))
-    now = now or now_iso()
+    now, boot_id, boottime = _clock(now, boot_id, boottime)
     held, taken_over = state['lock'], None
     if held is not None and held['holder'] != holder:
-        if not lock_expired(held, now):
-            raise LockHeld(held, now)
+        if not lock_expired(held, now, boot_id, boottime):
+            raise LockHeld(held, now, boot_id, boottime)
         taken_over = dict(held)
     if held is not None and held['holder'] == holder:
-        state['lock'] = dict(held, renewed=now, lease_s=lease_s, controller=controller)
+        state['lock'] = _with_clock(dict(held, renewed=now, lease_s=lease_s, controller=controller), boot_id, boottime)
     else:
-        state['lock'] = {'holder': holder, 'controller': controller, 'started': now, 'lease_s': lease_s}
+        state['lock'] = _with_clock({'holder': holder, 'controller': controller, 'started': now, 'lease_s': lease_s},
+                                    boot_id, boottime)
     return state, taken_over
 
 
-def renew_lock(state: State, holder: str, lease_s: int, now: Optional[str] = None) -> State:
-    """A new state with `holder`'s lease renewed from now for lease_s; StateError when it does not
-    hold the lock (another run took it over after the lease ran out, or it was never taken)."""
+def renew_lock(state: State, holder: str, lease_s: int, now: Optional[str] = None, boot_id: Optional[str] = None,
+               boottime: Optional[float] = None) -> State:
+    """A new state with `holder`'s lease renewed from now for lease_s; LockLost when it does not hold
+    the lock (another run took it over after the lease ran out, or it was never taken). This is the
+    fence a run passes right before it stops or starts a unit or changes the load balancer."""
     state = copy.deepcopy(validate(state))
+    check_holder(state, holder, 'renew its lease')
     held = state['lock']
-    if held is None or held['holder'] != holder:
-        raise StateError('lock: %s does not hold it (%s)' % (
-            holder, describe_lock(held, now) if held else 'nobody does'))
     problems = _lock_problems(holder, held['controller'], lease_s)
     if problems:
         raise StateError(problems)
-    state['lock'] = dict(held, renewed=now or now_iso(), lease_s=lease_s)
+    now, boot_id, boottime = _clock(now, boot_id, boottime)
+    state['lock'] = _with_clock(dict(held, renewed=now, lease_s=lease_s), boot_id, boottime)
     return state
 
 
@@ -590,6 +771,43 @@ def release_lock(state: State, holder: str) -> State:
     return state
 
 
+def _seconds(setting: Any, what: str) -> Optional[int]:
+    """`auto` (None) or a number of seconds (an int, or its string spelling from -e)."""
+    if setting in (None, '', 'auto'):
+        return None
+    value = _to_int(setting)
+    if not (_is_int(value) and value >= 0):
+        raise StateError(_problem(what, 'count', setting) + " or 'auto'")
+    return int(value)
+
+
+def start_timeout_s(weights_bytes: Any, setting: Any = 'auto') -> int:
+    """The serve role's start timeout (roles/serve/vars/main.yml serve_start_timeout_seconds): `auto` is
+    10 min plus 10 s per GiB of weights, rounded up (MiniMax-M2.5, 215 GiB: 2750 s)."""
+    fixed = _seconds(setting, 'start_timeout')
+    if fixed is not None:
+        return fixed
+    size = _to_int(weights_bytes)
+    if not (_is_int(size) and size >= 0):
+        raise StateError(_problem('weights_bytes', 'count', weights_bytes))
+    return START_TIMEOUT_BASE_S + START_TIMEOUT_PER_GIB_S * int(math.ceil(size / float(1 << 30)))
+
+
+def swap_lease_s(weights_bytes: Any, start_timeout: Any = 'auto', ready_timeout: Any = 'auto', soak_s: Any = 0,
+                 benchmark_s: Any = 0, floor_s: Any = 1800) -> int:
+    """The lease a rollout renews before the swap and at every fence after it: longer than the start
+    and its readiness gate (the longer of the start timeout and the gate's own timeout plus its overrun),
+    the benchmark and the soak of the canary, plus `floor_s` (rollout_lock_lease_s) for the rest - the
+    drain, the stop, warm-up and record. A run that is mid-start cannot lose the lock to another run;
+    one that died holds the host at most this long."""
+    start = start_timeout_s(weights_bytes, start_timeout)
+    ready = _seconds(ready_timeout, 'ready_timeout')
+    gate = (start if ready is None else ready) + GATE_OVERRUN_S
+    phases = ((soak_s, 'soak_s'), (benchmark_s, 'benchmark_s'), (floor_s, 'floor_s'))
+    extra = [_seconds(value, what) or 0 for value, what in phases]
+    return max(start, gate) + sum(extra)
+
+
 def serialize(state: State) -> str:
     """The file's text: stable JSON (sorted keys, indent 2) with a trailing newline."""
     return json.dumps(state, indent=2, sort_keys=True, separators=(',', ': ')) + '\n'
@@ -597,22 +815,118 @@ def serialize(state: State) -> str:
 
 # ----------------------------------------------------------------------------- files
 
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """Replace `path` by `text` (UTF-8): a temporary file in the same directory, fsync, rename, fsync the
-    directory. A failure at any step leaves the old file as it was and no temporary file behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+# O_TMPFILE (Linux >= 3.11, most local filesystems): the new text is written to a file without a name, which
+# gets one only for the rename; a writer killed mid-write leaves nothing. Elsewhere a named temporary file.
+_O_TMPFILE = getattr(os, 'O_TMPFILE', 0)
+# Directories where O_TMPFILE cannot be given a name (no O_TMPFILE there, no /proc, a bind mount: EXDEV).
+_NO_TMPFILE: set = set()
+
+
+def _tmp_name(path: str) -> str:
+    """A temporary name beside `path` that says which process wrote it: .<name>.<pid>.<random>.tmp."""
+    return '.%s.%d.%s.tmp' % (os.path.basename(path), os.getpid(), os.urandom(6).hex())
+
+
+def _alive(pid: int) -> bool:
     try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
+
+
+def sweep_temporary(path: str, older_than_s: float = 60.0) -> List[str]:
+    """Remove the temporary files of `path`'s writers that died (a crash, SIGKILL): those whose writer
+    process is gone, and any older than `older_than_s` (a write takes milliseconds; the names of older
+    releases carry no pid). Returns the names removed. Never follows a link (unlink removes the name)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    pattern = re.compile(r'^\.%s\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$' % re.escape(os.path.basename(path)))
+    removed = []
+    now = time.time()
+    for name in os.listdir(directory):
+        match = pattern.match(name)
+        if not match:
+            continue
+        pid = int(match.group(1)) if match.group(1) else None
+        if pid == os.getpid():
+            continue
+        try:
+            age = now - os.lstat(os.path.join(directory, name)).st_mtime
+            if (pid is not None and not _alive(pid)) or age > older_than_s:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+        except FileNotFoundError:  # its writer renamed it in the meantime
+            continue
+    return removed
+
+
+def _write_fd(fd: int, text: str, mode: int) -> None:
+    data = text.encode('utf-8')
+    os.fchmod(fd, mode)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def _write_tmpfile(path: str, directory: str, text: str, mode: int) -> Optional[str]:
+    """Write through O_TMPFILE and link it under a temporary name; None where O_TMPFILE is not supported."""
+    if not _O_TMPFILE or directory in _NO_TMPFILE:
+        return None
+    try:
+        fd = os.open(directory, _O_TMPFILE | os.O_WRONLY | getattr(os, 'O_CLOEXEC', 0), mode)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            _NO_TMPFILE.add(directory)
+            return None
+        raise
+    try:
+        _write_fd(fd, text, mode)
+        while True:
+            tmp = os.path.join(directory, _tmp_name(path))
+            try:
+                os.link('/proc/self/fd/%d' % fd, tmp)
+                return tmp
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.EPERM, errno.EACCES, errno.EXDEV):  # no /proc link: a named file
+                    _NO_TMPFILE.add(directory)
+                    return None
+                raise
+    finally:
+        os.close(fd)
+
+
+def _write_named(path: str, directory: str, text: str, mode: int) -> str:
+    fd, tmp = tempfile.mkstemp(prefix='.%s.%d.' % (os.path.basename(path), os.getpid()), suffix='.tmp', dir=directory)
+    try:
+        _write_fd(fd, text, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """Replace `path` by `text` (UTF-8): a file without a name (O_TMPFILE; else a named temporary file)
+    in the same directory, fsync, linked and renamed over `path`, fsync the directory. A failure at any
+    step leaves the old file as it was and no temporary file behind; so does a writer killed at any step
+    - the next write removes what a dead writer's name left (sweep_temporary)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    text.encode('utf-8')  # fails before any file exists
+    tmp = _write_tmpfile(path, directory, text, mode) or _write_named(path, directory, text, mode)
+    try:
         os.rename(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+    sweep_temporary(path)
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

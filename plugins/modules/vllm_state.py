@@ -23,15 +23,30 @@ description:
   - The first format of the file (schema 0; one C(current) entry, numbers possibly written as strings)
     is read as schema 1 with RV(migrated=true); the first O(action=record) or O(action=retire) writes it
     as schema 1. A file of a newer schema is refused with a message saying to upgrade the collection.
-  - O(action=read) never reports a change and writes nothing; a missing or empty file is an empty state.
+  - O(action=read) never reports a change and writes nothing; a missing file is an empty state (a host's first
+    rollout). An empty file, C({}) or C(null) is an error naming the file and what to do - never read as a host
+    that serves nothing.
+  - Root reads the file only when it can trust it - opened without following a link, a regular file with one
+    link, owned by root and not writable by its group or others (a reader that is not root also trusts its own
+    files; reading a root-owned file needs no C(become)). Otherwise it fails naming the owner and the mode, before
+    anything is written. The directory is not judged (an older release gave it to the service user; the rollout
+    migrates it to C(root:root 0755)).
   - O(action=record) and O(action=retire) report a change only when the file's text changes, and write
-    it atomically (temporary file, fsync, rename) with mode C(0644), holding a lock on the state
-    directory while they read and write it. Run them as root (C(become)), which owns the file.
+    it atomically (a file without a name - C(O_TMPFILE) - or a temporary file, fsync, rename) with mode C(0644),
+    holding a lock on the state directory while they read and write it; temporary files that a killed writer
+    left are removed by the next write. Run them as root (C(become)), which owns the file.
   - O(action=lock), O(action=renew) and O(action=unlock) manage the host's lock (C(lock) in the file), which
     serialises rollouts against one host - C(playbooks/rollout.yml) and C(llmops-vllm apply) take it after the
     fast path and release it at the end, renewing its lease before the download and the swap. A second run waits up to O(wait_s)
     for it, then fails naming who holds it and since when; a lock whose lease ran out is taken over with a
     warning (its holder died without releasing it).
+  - The lease is measured on the host's boot clock - the lock keeps C(boot_id) (C(/proc/sys/kernel/random/boot_id))
+    and C(boottime_s) (C(CLOCK_BOOTTIME)) of its last renewal - so a step of the wall clock changes nothing, and a
+    reboot (another boot id) ends it. A lock written without them is judged by the wall clock. C(started) and
+    C(renewed) stay, in wall time, for people.
+  - Fencing - with O(holder), O(action=record) and O(action=retire) write only while O(holder) holds the lock, and
+    O(action=renew) renews only then; otherwise they fail, writing nothing (another run took the host after this
+    run's lease ran out). The rollout renews right before it stops or starts a unit or changes a load balancer.
 author:
   - llmops.vllm maintainers (@llmops)
 options:
@@ -40,9 +55,10 @@ options:
       - V(read) returns the state.
       - V(record) records that the host serves O(entry) (C(models[name])); the entry it replaces under the
         same name, and the model named by O(replaces), move to C(previous); the entry is prepended to the
-        history. Recording what is already served (every key but C(since) equal) changes nothing.
+        history. Recording what is already served (every key but C(since) equal) changes nothing. With
+        O(holder), refused (nothing written) unless O(holder) holds the host's lock.
       - V(retire) records that the host no longer serves O(name); its entry moves to C(previous).
-        Retiring a model the host does not serve changes nothing.
+        Retiring a model the host does not serve changes nothing. With O(holder), as V(record).
       - V(verify) answers whether the host provably serves O(name) as a rollout with O(fingerprint) would leave
         it (RV(up_to_date), else RV(why)), with cheap probes only - the recorded entry and its fingerprint, the
         only model served, the unit file's sha1, its venv and model directory, the unit active, and, for a branch
@@ -52,7 +68,8 @@ options:
         while another holder's lease runs; taking a lock O(holder) already holds renews it. An expired lock is
         taken over (RV(taken_over), and a warning).
       - V(renew) renews O(holder)'s lease from now for O(lease_s) seconds; fails when O(holder) no longer holds
-        the lock (its lease ran out and another run took it).
+        the lock (its lease ran out and another run took it) - the fence a run passes before each stop, start
+        and load-balancer change.
       - V(unlock) releases O(holder)'s lock; a lock another holder holds, or none, is left as it is.
     type: str
     choices: [read, record, retire, verify, lock, renew, unlock]
@@ -107,6 +124,8 @@ options:
     description:
       - With O(action=lock), O(action=renew) and O(action=unlock), who holds the lock - one id per run and host
         (C(llmops-vllm apply) passes C(<user>@<controller>/<run id>)).
+      - With O(action=record) and O(action=retire), the run's lock id - the write is refused, nothing written,
+        unless it holds the lock (fencing). Left out, no check (a write by hand).
     type: str
   controller:
     description: With O(action=lock), the controller the run comes from (shown to a run that finds the host locked).
@@ -181,6 +200,13 @@ EXAMPLES = r'''
     controller: controller-1
     lease_s: 1800
     wait_s: 600
+  become: true
+
+- name: Record only while this run still holds the host (fencing)
+  llmops.vllm.vllm_state:
+    action: retire
+    name: minimax-m2-5
+    holder: "ci@controller-1/run-4711"
   become: true
 
 - name: Release it
@@ -299,7 +325,8 @@ lock:
   description: With O(action=lock), O(action=renew) and O(action=unlock), the host's lock after the action (null when free).
   returned: O(action=lock), O(action=renew) or O(action=unlock)
   type: dict
-  sample: {holder: "ci@controller-1/run-4711", controller: controller-1, started: "2026-12-02T04:00:00+00:00", lease_s: 1800}
+  sample: {holder: "ci@controller-1/run-4711", controller: controller-1, started: "2026-12-02T04:00:00+00:00", lease_s: 1800,
+           boot_id: 0f3c2b1a-9d8e-4f70-a6b5-c4d3e2f1a0b9, boottime_s: 86412.337}
 taken_over:
   description: With O(action=lock), the expired lock this run took over (null when there was none).
   returned: O(action=lock)
@@ -311,7 +338,10 @@ waited_s:
   type: float
   sample: 0.0
 held_by:
-  description: With O(action=lock), when it failed, the lock another run holds.
+  description:
+    - With O(action=lock), when it failed, the lock another run holds.
+    - With O(holder) and O(action=record), O(action=retire) or O(action=renew), when it failed because O(holder) does
+      not hold the lock, the lock now (null when nobody holds it).
   returned: failure
   type: dict
   sample: {holder: "ci@controller-2/run-17", controller: controller-2, started: "2026-12-02T03:58:00+00:00", lease_s: 1800}
@@ -412,9 +442,9 @@ class StateFile(object):
             before, migrated, before_text = host_state.read(self.path)
             after = before
             if action == 'record':
-                after = host_state.record(before, params['entry'], replaces=params['replaces'])
+                after = host_state.record(before, params['entry'], replaces=params['replaces'], holder=params['holder'])
             elif action == 'retire':
-                after = host_state.retire(before, params['name'])
+                after = host_state.retire(before, params['name'], holder=params['holder'])
             elif action == 'renew':
                 after = host_state.renew_lock(before, params['holder'], params['lease_s'])
             elif action == 'unlock':
@@ -511,8 +541,8 @@ def main():
                  for option, action in (('entry', 'record'), ('replaces', 'record'), ('fingerprint', 'verify'),
                                         ('hub_endpoint', 'verify'), ('hub_token', 'verify'))
                  if p[option] is not None and p['action'] != action]
-    misplaced += ['%s only goes with action=lock, renew or unlock' % option
-                  for option in ('holder',) if p[option] is not None and p['action'] not in ('lock', 'renew', 'unlock')]
+    if p['holder'] is not None and p['action'] not in ('lock', 'renew', 'unlock', 'record', 'retire'):
+        misplaced.append('holder only goes with action=lock, renew, unlock, record or retire')
     misplaced += ['controller only goes with action=lock'] if p['controller'] is not None and p['action'] != 'lock' else []
     if p['wait_s'] < 0 or p['lease_s'] < 1:
         misplaced.append('wait_s must be >= 0 and lease_s >= 1 (got wait_s=%d, lease_s=%d)' % (p['wait_s'], p['lease_s']))
@@ -523,6 +553,8 @@ def main():
     except host_state.LockHeld as exc:
         module.fail_json(msg='%s is locked: %s; waited %d s (wait_s). Wait for that run, or let its lease run out.'
                          % (path, '; '.join(exc.problems), p['wait_s']), held_by=exc.lock, problems=exc.problems, state_file=path)
+    except host_state.LockLost as exc:
+        module.fail_json(msg='%s: %s' % (path, '; '.join(exc.problems)), held_by=exc.lock, problems=exc.problems, state_file=path)
     except host_state.StateError as exc:
         module.fail_json(msg='%s: %s' % (path, '; '.join(exc.problems)), problems=exc.problems, state_file=path)
     except OSError as exc:

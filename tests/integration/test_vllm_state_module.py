@@ -191,6 +191,8 @@ def test_lock_serialises_two_runs_and_takes_over_an_expired_lease(tmp_path):
     # a lease that ran out (its run died): the next run takes it over, with a warning
     on_disk = json.loads((state_dir / "state.json").read_text())
     on_disk["lock"].update(started="2026-01-01T00:00:00+00:00", renewed="2026-01-01T00:10:00+00:00")
+    for key in ("boot_id", "boottime_s"):  # a lock of an older release: judged by the wall clock
+        del on_disk["lock"][key]
     (state_dir / "state.json").write_text(json.dumps(on_disk))
     taken = run_module(tmp_path, "take-over", {"action": "lock", "state_dir": str(state_dir), "holder": "ci@ctl-2/run-2",
                                                "controller": "ctl-2"})
@@ -220,3 +222,79 @@ def test_a_waiting_lock_is_taken_once_the_holder_releases_it(tmp_path):
     thread.join(timeout=180)
     result = waited["result"]
     assert result["changed"] is True and result["lock"]["holder"] == "second" and result["waited_s"] > 1
+
+
+def run_play(tmp_path, name, tasks):
+    """Several vllm_state tasks in one play on localhost (ignore_errors each); returns {register: result}."""
+    work = tmp_path / name
+    work.mkdir()
+    out = work / "results.json"
+    names = [task["register"] for task in tasks if "register" in task]
+    play = [{"hosts": "localhost", "gather_facts": False,
+             "tasks": [dict(task, ignore_errors=True) for task in tasks] + [
+                 {"name": "Write the results", "ansible.builtin.copy": {
+                     "content": "{{ {%s} | to_nice_json }}" % ", ".join("'%s': %s" % (n, n) for n in names), "dest": str(out)}}]}]
+    (work / "play.yml").write_text(json.dumps(play))
+    env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": "%s:/usr/bin:/bin" % Path(sys.executable).parent,
+           "HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8"}
+    completed = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e",
+                                "ansible_python_interpreter=%s" % sys.executable, str(work / "play.yml")],
+                               cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return json.loads(out.read_text())
+
+
+def test_issue39_race_a_run_that_lost_the_lock_writes_nothing(tmp_path):
+    """Through the real module: run A takes the lock (its boot clock from the host's own), its lease runs out,
+    run B takes it over; A's record and retire (with holder) are refused and write nothing, A cannot renew;
+    B's record goes through. On 9da4382 record/retire took no holder and the lock had no boot clock.
+    In the same play: an empty state file fails the read naming the file (9da4382: "serves nothing"), and a
+    file another user owns is refused before the lock is written."""
+    import time
+    state_dir = tmp_path / "state"
+    state_file = state_dir / "state.json"
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    base = {"state_dir": str(state_dir)}
+    empty_dir, forged_dir = tmp_path / "empty", tmp_path / "forged"
+    for directory in (empty_dir, forged_dir):
+        directory.mkdir()
+    (empty_dir / "state.json").write_text("")
+    (forged_dir / "state.json").write_text(host_state.serialize(host_state.empty_state()))
+    if os.geteuid() == 0:
+        os.chown(forged_dir / "state.json", 65534, 65534)
+    before_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+    results = run_play(tmp_path, "race", [
+        {"llmops.vllm.vllm_state": {"state_dir": str(empty_dir)}, "register": "empty"},
+        {"llmops.vllm.vllm_state": {"state_dir": str(forged_dir), "action": "lock", "holder": "run-a", "controller": "ctl"},
+         "register": "forged"},
+        {"llmops.vllm.vllm_state": dict(base, action="lock", holder="run-a", controller="ctl-1", lease_s=1), "register": "a"},
+        {"ansible.builtin.wait_for": {"timeout": 1}},
+        {"llmops.vllm.vllm_state": dict(base, action="lock", holder="run-b", controller="ctl-2", lease_s=600), "register": "b"},
+        {"llmops.vllm.vllm_state": dict(base, action="record", entry=ENTRY_B, holder="run-a"), "register": "record_a"},
+        {"llmops.vllm.vllm_state": dict(base, action="retire", name="kimi-k2-5", holder="run-a"), "register": "retire_a"},
+        {"llmops.vllm.vllm_state": dict(base, action="renew", holder="run-a"), "register": "renew_a"},
+        {"ansible.builtin.slurp": {"src": str(state_file)}, "register": "after_a"},
+        {"llmops.vllm.vllm_state": dict(base, action="record", entry=ENTRY_B, holder="run-b"), "register": "record_b"},
+    ])
+    after_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+    lock_a = results["a"]["lock"]
+    assert lock_a["boot_id"] == boot_id and before_s <= lock_a["boottime_s"] <= after_s  # the host's real clocks
+    assert results["b"]["taken_over"]["holder"] == "run-a" and results["b"]["lock"]["holder"] == "run-b"
+    for refused in ("record_a", "retire_a", "renew_a"):
+        result = results[refused]
+        assert result["failed"] is True, result
+        assert "lock: run-a does not hold it (held by run-b on ctl-2" in result["msg"] and "nothing written" in result["msg"]
+        assert result["held_by"]["holder"] == "run-b"
+    import base64
+    assert base64.b64decode(results["after_a"]["content"]).decode() == host_state.serialize(results["b"]["state"])
+    assert results["record_b"]["changed"] is True and list(results["record_b"]["state"]["models"]) == ["kimi-k2-5"]
+    on_disk = json.loads(state_file.read_text())
+    assert on_disk["lock"]["holder"] == "run-b" and list(on_disk["models"]) == ["kimi-k2-5"]
+    assert sorted(os.listdir(state_dir)) == ["state.json"]
+
+    empty = results["empty"]
+    assert empty["failed"] is True and empty["msg"].startswith(str(empty_dir / "state.json") + ": the file is empty")
+    assert "remove the file" in empty["msg"] and (empty_dir / "state.json").read_text() == ""
+    if os.geteuid() == 0:
+        assert results["forged"]["failed"] is True and "owned by uid 65534" in results["forged"]["msg"]
+        assert json.loads((forged_dir / "state.json").read_text())["lock"] is None

@@ -241,10 +241,14 @@ def test_migrate_is_idempotent_and_does_not_touch_its_input():
 
 
 @pytest.mark.parametrize("text", ["", "\n", "  "])
-def test_empty_file_is_an_empty_state(text):
-    assert host_state.loads(text) == (host_state.empty_state(), False)
-    assert host_state.migrate({}) == host_state.empty_state()
-    assert host_state.migrate(None) == host_state.empty_state()
+def test_empty_text_and_documents_are_refused(text):
+    """Never "serves nothing" (issue 39; tests/unit/test_host_lock.py reads real files)."""
+    with pytest.raises(host_state.StateError, match="^/x/state.json: the file is empty .* not a state"):
+        host_state.loads(text, "/x/state.json")
+    with pytest.raises(host_state.StateError, match="an empty JSON object"):
+        host_state.migrate({})
+    with pytest.raises(host_state.StateError, match="^null, not a state"):
+        host_state.migrate(None)
 
 
 def test_missing_file_is_an_empty_state(tmp_path):
