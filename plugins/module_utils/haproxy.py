@@ -297,3 +297,20 @@ def others_serving(found: Dict[str, Server], name: str, batch: Set[str]) -> Tupl
     """Servers of the backend outside this batch that take new requests; (serving, outside)."""
     outside = sorted(other for other in found if other != name and other not in batch)
     return [other for other in outside if serving(found[other])], outside
+
+
+def last_serving(found: Dict[str, Server], name: str, state: str, batch: Set[str]) -> Optional[str]:
+    """Why setting ``name`` to ``state`` (drain, maint) would leave its backend with no server taking requests - it is
+    ready and no server outside ``batch`` (the servers that change with it) serves; None when another serves, for
+    ``ready``, or when ``name`` takes no requests already. The answer reads only the servers outside the batch and
+    ``name`` itself, so every host of one batch reaches the same answer whichever of them drains first."""
+    if state == "ready" or found[name]["state"] != "ready":
+        return None
+    serving_elsewhere, outside = others_serving(found, name, batch)
+    if serving_elsewhere:
+        return None
+    in_batch = sorted(other for other in found if other in batch or other == name)
+    if not outside:
+        return "every server of it is in this batch (%s)" % ", ".join(in_batch)
+    return "the servers outside this batch (%s) are down, drained or in maintenance, and those in it (%s) change together" % (
+        ", ".join("%s %s/%s" % (other, found[other]["state"], found[other]["status"]) for other in outside), ", ".join(in_batch))

@@ -20,8 +20,11 @@ description:
     reach 0, so that the model behind it can stop without failing a request in flight.
   - V(ready) lets requests in again. With O(wait) it also waits until HAProxy's health checks pass, so that
     the next batch of a fleet rollout drains nothing before this server really serves.
-  - Before a drain or maint, it refuses when no other server of the backend outside O(batch) takes requests
-    while some exist (they are all down, drained or in maintenance), as the clients would see failures.
+  - Before a drain or maint of a server that is ready, it refuses when no server of the backend outside O(batch)
+    takes requests - they are all down, drained or in maintenance, or every server of the backend is in O(batch)
+    (a rollout batch of C(serial: 100%)) - as the clients would get no answer. Every host of the batch reads the
+    same servers outside it, so every one of them refuses, before any sets a state. O(allow_outage) drains anyway,
+    with a warning.
 options:
   socket:
     description: Path of HAProxy's runtime API socket (C(stats socket <path> mode 600 level admin)).
@@ -70,11 +73,19 @@ options:
     type: int
   batch:
     description:
-      - Servers that change with this one (the hosts of this batch of a rollout). Before a drain or maint,
-        at least one server outside them must take requests (see the description).
+      - Servers that change with this one (the hosts of this batch of a rollout that drain). Before a drain or
+        maint, at least one server outside them must take requests (see the description and O(allow_outage)).
     type: list
     elements: str
     default: []
+  allow_outage:
+    description:
+      - Drain or maint even when no server of the backend outside O(batch) takes requests, with a warning (the
+        clients get no answer until a server serves again), instead of refusing. Also in check mode, so that a
+        preview says which it would be.
+      - The rollout passes C(rollout_allow_outage) (role C(llmops.vllm.rollout)).
+    type: bool
+    default: false
   missing:
     description:
       - What to do when the backend or the server does not exist in HAProxy's configuration.
@@ -176,6 +187,7 @@ def main():
             port=dict(type="int"),
             batch=dict(type="list", elements="str", default=[]),
             missing=dict(type="str", default="fail", choices=["fail", "warn"]),
+            allow_outage=dict(type="bool", default=False),
         ),
         required_by={"port": "address"},
         supports_check_mode=True,
@@ -205,14 +217,16 @@ def main():
         module.exit_json(changed=False, before=None, after=None, waited_s=0.0, serving_elsewhere=[])
 
     serving_elsewhere, outside = haproxy.others_serving(found, name, set(p["batch"]))
-    if state != "ready" and before["state"] == "ready" and outside and not serving_elsewhere:
-        module.fail_json(msg="Setting %s/%s to %s would leave no server of %s taking requests: the others outside this batch "
-                             "(%s) are down, drained or in maintenance. Nothing was changed; bring one back first, or roll out "
-                             "in smaller batches (rollout_serial)." % (backend, name, state, backend, ", ".join(outside)),
+    outage = haproxy.last_serving(found, name, state, set(p["batch"]))
+    if outage and not p["allow_outage"]:
+        module.fail_json(msg="Setting %s/%s to %s would leave no server of %s taking requests: %s. Nothing was changed on any "
+                             "server of this batch. Roll out in smaller batches (rollout_serial, e.g. 1: the other servers "
+                             "serve meanwhile), swap blue/green (vllm_model.swap bluegreen: the host serves on, no drain), or "
+                             "accept the outage with rollout_allow_outage: true (allow_outage)." % (backend, name, state, backend, outage),
                          before=before, after=before, waited_s=0.0, serving_elsewhere=[])
-    if state != "ready" and not outside:
-        module.warn("%s is the only server of %s outside this batch: its clients get no answer until it serves again "
-                    "(a stop-start swap)" % (name, backend))
+    if outage:
+        module.warn("%s/%s goes to %s with allow_outage: %s, so its clients get no answer until a server serves again"
+                    % (backend, name, state, outage))
 
     move = bool(p["address"]) and (p["address"] != before["address"] or (p["port"] and p["port"] != before["port"]))
     changed = before["state"] != state or move
