@@ -22,7 +22,7 @@ description:
     the next batch of a fleet rollout drains nothing before this server really serves.
   - Before a drain or maint of a server that is ready, it refuses when no server of the backend outside O(batch)
     takes requests - they are all down, drained or in maintenance, or every server of the backend is in O(batch)
-    (a rollout batch of C(serial: 100%)) - as the clients would get no answer. Every host of the batch reads the
+    (a rollout batch of C(serial) 100%) - as the clients would get no answer. Every host of the batch reads the
     same servers outside it, so every one of them refuses, before any sets a state. O(allow_outage) drains anyway,
     with a warning.
 options:
