@@ -218,11 +218,9 @@ FASTPATH_PLAY = """
       ansible.builtin.include_role:
         name: llmops.vllm.rollout
         tasks_from: fastpath.yml
-    - name: Keep the fingerprint it computed
-      ansible.builtin.copy:
-        content: "{{ rollout_fingerprint }}"
-        dest: "{{ out }}/{{ inventory_hostname }}.fingerprint"
-        mode: "0644"
+    - name: The fingerprint it computed
+      ansible.builtin.debug:
+        var: rollout_fingerprint
 """
 
 
@@ -230,15 +228,14 @@ def test_issue39_the_fast_path_keys_the_fingerprint_with_a_root_only_key(tmp_pat
     """The real fast path (one ansible-playbook run, four inventory hosts that are all localhost): h1-h3 share a
     host root, so one key - made once, 0600, by whichever run came first; h2 differs from h1 only in its API
     key, h3 not at all; h4's root holds a key others may read, which is refused before anything is done."""
-    shared, other, out = tmp_path / "shared", tmp_path / "other", tmp_path / "out"
-    out.mkdir()
+    shared, other = tmp_path / "shared", tmp_path / "other"
     (other / "etc" / "llmops-vllm").mkdir(parents=True)
     planted = other / "etc" / "llmops-vllm" / "fingerprint.key"
     planted.write_text("a key another user could read\n")
     planted.chmod(0o644)
     hosts = {"h1": (shared, "sk-first-api-key"), "h2": (shared, "sk-second-api-key"), "h3": (shared, "sk-first-api-key"),
              "h4": (other, "sk-first-api-key")}
-    inv = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "out": str(out),
+    inv = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                             "vllm_model": {"name": "tiny", "repo_id": "llmops-test/tiny", "revision": COMMIT}},
                    "hosts": dict((name, {"llmops_vllm_root": str(root), "rollout_state_dir": "%s/var/lib/llmops-vllm" % root,
                                          "rollout_unit_dir": "%s/etc/systemd/system" % root, "rollout_api_key": key})
@@ -249,7 +246,7 @@ def test_issue39_the_fast_path_keys_the_fingerprint_with_a_root_only_key(tmp_pat
            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1"}
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
                            str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300, check=False)
-    fingerprints = dict((path.stem, path.read_text()) for path in out.glob("*.fingerprint"))
+    fingerprints = dict(re.findall(r"ok: \[(h\d)\] =>\s*\n\s*rollout_fingerprint: (\S+)", proc.stdout))
     key = shared / "etc" / "llmops-vllm" / "fingerprint.key"
     assert key.stat().st_mode & 0o777 == 0o600 and (shared / "etc" / "llmops-vllm").stat().st_mode & 0o777 == 0o700
     assert sorted(fingerprints) == ["h1", "h2", "h3"], proc.stdout[-3000:]
