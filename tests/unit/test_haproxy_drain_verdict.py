@@ -4,7 +4,7 @@
 """haproxy_server's verdict on a drain (module_utils/haproxy.py last_serving, issue 39), for any backend and batch:
 the hosts of one batch drain at once, each reading HAProxy whenever its fork gets there, so the verdict must be the
 same for all of them whatever the others did already, and the drains it lets through never leave a backend that
-served with no server serving. tests/integration/test_haproxy_last_server.py runs it against a real HAProxy."""
+served with no server serving. tests/integration/test_haproxy_last_server.py runs the module against a real HAProxy."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
