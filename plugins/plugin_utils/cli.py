@@ -249,11 +249,14 @@ def load_inventory(sources: Sequence[str], vault_password_file: Optional[str] = 
     if missing:
         raise UsageError(missing)
     request = {"sources": list(sources), "vault_password_file": vault_password_file, "limit": limit, "pattern": pattern}
+    # The child imports this same copy of the collection (the directory holding ansible_collections/ first) and,
+    # with -P, no module from the current directory (an inventory repository).
+    top = os.path.abspath(os.path.join(os.path.dirname(inventory.__file__), *[os.pardir] * 5))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(part for part in (top, os.environ.get("PYTHONPATH")) if part))
     try:
-        # -P: the current directory (an inventory repository) shadows no module of the child's
         proc = subprocess.run([sys.executable] + (["-P"] if sys.version_info >= (3, 11) else [])
                               + ["-m", "ansible_collections.llmops.vllm.plugins.plugin_utils.inventory"],
-                              input=json.dumps(request), capture_output=True, text=True, timeout=300, check=False)
+                              input=json.dumps(request), capture_output=True, text=True, timeout=300, check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UsageError("inventory %s: cannot load it (%s)" % (", ".join(sources), exc))
     try:
