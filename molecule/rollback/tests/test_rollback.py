@@ -72,3 +72,21 @@ def test_reports_explain_both_rollbacks(host):
         handle.write("rollback after a wrong tool-call parser: %s\n" % json.dumps(parser["timings"]))
         handle.write("rollback of a vLLM upgrade after the benchmark gate: %s; %s\n" % (
             json.dumps(slow["timings"]), slow["benchmark"]["summary"]))
+
+
+def test_issue39_the_migrated_host_is_roots_and_each_model_caches_in_its_own_directory(host):
+    """prepare left the layout of 9da4382 (the service user owned the state directory, the cache directory and the
+    model); the rollouts migrated it, and A still serves (test_old_model_serves_again) from the old unit file that
+    the vLLM upgrade's rollback restored (HOME = the state directory, now only read)."""
+    for path in ("/var/lib/llmops-vllm", "/var/lib/llmops-vllm/models", "/var/cache/llmops-vllm"):
+        entry = host.file(path)
+        assert (entry.user, entry.group, entry.mode) == ("root", "root", 0o755), path
+    foreign = host.check_output("find /var/lib/llmops-vllm \\( ! -user root -o ! -group root -o -perm /022 \\) -print")
+    assert foreign == ""
+    loose = host.check_output("find /var/lib/llmops-vllm/models \\( \\( -type f ! -perm 0644 ! -name '*.llmops-progress.json' "
+                              "\\) -o \\( -type d ! -perm 0755 \\) \\) -print")
+    assert loose == ""
+    cache = host.file("/var/cache/llmops-vllm/tiny-llama")
+    assert (cache.user, cache.mode) == ("vllm", 0o750)
+    unit = host.file("/etc/systemd/system/vllm-tiny-llama.service").content_string
+    assert "WorkingDirectory=/var/lib/llmops-vllm\n" in unit  # the old unit file, restored, serves
