@@ -543,6 +543,7 @@ NOT_FINGERPRINTED = {
     "rollout_lock_holder": "who holds the lock during a run (each run its own), not what the run leaves",
     "rollout_lock_lease_s": "how long the lock holds without a renewal, not what the run leaves",
     "rollout_lock_timeout": "how long a run waits for another run's lock, not what it leaves",
+    "rollout_allow_outage": "whether a drain may take the last serving server; only a change drains",
     "rollout_benchmark_baseline_max_age": "the benchmark gate runs only when something changes",
     "rollout_benchmark_allow_no_baseline": "the benchmark gate runs only when something changes",
     "rollout_takeover": "a server taken over is never the desired state itself; only a change takes one over",
