@@ -564,15 +564,35 @@ def file_sha1(path: str) -> Optional[str]:
     return digest.hexdigest()
 
 
+def layout_problem(directory: str) -> Optional[str]:
+    """Why `directory` (the state directory or a model directory) is not in this release's layout, where
+    root owns it and no other user can write it (None: it is). An older release gave both to the service
+    user; the rollout's control-plane step (llmops.vllm.host_dirs) migrates them, so a host in the old
+    layout is not up to date even when nothing else changed. Only root's view counts: a reader that is not
+    root (an offline preview on a CI runner) has no link to fear and no migration to run."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != 0 or mode & 0o022:
+        return ('%s is in an older release\'s layout (owner uid %d, mode %04o%s): the rollout makes it root\'s'
+                % (directory, st.st_uid, mode, ', a link' if stat.S_ISLNK(st.st_mode) else ''))
+    return None
+
+
 def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str = DEFAULT_UNIT_DIR,
                        unit_active: Optional[Callable[[str], bool]] = None,
                        commit_now: Optional[Callable[[Entry], str]] = None,
-                       alone: bool = True) -> Optional[str]:
+                       alone: bool = True, state_dir: Optional[str] = None) -> Optional[str]:
     """Why the host is not provably serving what a rollout with `fingerprint` would make of `name`
     (None: it is - the rollout may stop here). Cheap probes first, nothing re-hashed but the unit file:
     the recorded entry and its fingerprint, the only model served (unless not `alone`: several models,
     each checked on its own), the unit file's sha1, its venv and
-    model directory, the unit active, and a branch or tag still naming the recorded commit
+    model directory, the state directory and the model directory root's (layout_problem()), the unit active,
+    and a branch or tag still naming the recorded commit
     (`commit_now`, one hub request, asked last)."""
     entry = state['models'].get(name)
     if entry is None:
@@ -591,6 +611,10 @@ def up_to_date_problem(state: State, name: str, fingerprint: str, unit_dir: str 
         return 'its vLLM venv %s is missing' % entry.get('venv')
     if not os.path.isdir(entry['path']):
         return 'its model directory %s is missing' % entry['path']
+    for directory in ([state_dir] if state_dir else []) + [entry['path']]:
+        problem = layout_problem(directory)
+        if problem:
+            return problem
     if unit_active is not None and not unit_active(entry['unit']):
         return '%s is not active' % entry['unit']
     if commit_now is not None:

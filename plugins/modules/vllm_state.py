@@ -61,8 +61,9 @@ options:
         Retiring a model the host does not serve changes nothing. With O(holder), as V(record).
       - V(verify) answers whether the host provably serves O(name) as a rollout with O(fingerprint) would leave
         it (RV(up_to_date), else RV(why)), with cheap probes only - the recorded entry and its fingerprint, the
-        only model served, the unit file's sha1, its venv and model directory, the unit active, and, for a branch
-        or tag, one request to O(hub_endpoint) for the commit it names now. Nothing is re-hashed or re-planned;
+        only model served, the unit file's sha1, its venv and model directory, the state and model directories
+        root's and no other user's to write (a host in an older release's layout is migrated by a full rollout),
+        the unit active, and, for a branch or tag, one request to O(hub_endpoint) for the commit it names now. Nothing is re-hashed or re-planned;
         a rollout uses it to stop early. Read-only.
       - V(lock) takes the host's lock for O(holder) with a lease of O(lease_s) seconds, waiting up to O(wait_s)
         while another holder's lease runs; taking a lock O(holder) already holds renews it. An expired lock is
@@ -468,7 +469,7 @@ class StateFile(object):
         if action == 'verify':
             why = host_state.up_to_date_problem(
                 after, params['name'], params['fingerprint'], params['unit_dir'], unit_active=unit_active,
-                alone=params['alone'],
+                alone=params['alone'], state_dir=os.path.dirname(os.path.abspath(self.path)),
                 commit_now=lambda entry: hub.resolve_commit_http(params['hub_endpoint'] or None, entry['repo_id'],
                                                                  entry['revision'], params['hub_token'] or None))
             result.update(up_to_date=why is None, why=why or '')

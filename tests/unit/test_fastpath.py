@@ -128,6 +128,23 @@ def test_up_to_date_without_probes(host):
     assert host_state.up_to_date_problem(host.state, NAME, FINGERPRINT, str(host.unit_dir)) is None
 
 
+def test_issue39_a_host_in_the_old_layout_is_not_up_to_date(host, tmp_path):
+    """An older release gave the state and model directories to the service user: the fast path must not stop
+    there, so that the full rollout's control-plane step migrates them (the directories are root's here)."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    assert host_state.up_to_date_problem(host.state, NAME, FINGERPRINT, str(host.unit_dir), state_dir=str(state_dir)) is None
+    for directory in (state_dir, host.model_dir):
+        os.chown(directory, 65534, 65534)
+        why = host_state.up_to_date_problem(host.state, NAME, FINGERPRINT, str(host.unit_dir), state_dir=str(state_dir))
+        assert why is not None and str(directory) in why and "older release's layout (owner uid 65534" in why, why
+        os.chown(directory, 0, 0)
+    os.chmod(host.model_dir, 0o775)
+    assert "mode 0775" in host_state.up_to_date_problem(host.state, NAME, FINGERPRINT, str(host.unit_dir))
+    os.chmod(host.model_dir, 0o755)
+    assert host_state.up_to_date_problem(host.state, NAME, FINGERPRINT, str(host.unit_dir), state_dir=str(state_dir)) is None
+
+
 def test_name_not_served(host):
     assert host.problem(name="kimi-k2-5") == "the host does not serve kimi-k2-5"
 
