@@ -71,14 +71,12 @@ def path_inside(root: str, *parts: str, what: str = "a path") -> str:
     return path
 
 
-
 # ----------------------------------------------------------------------------- directories root writes in
 #
 # path_inside is a check, not a lock. Where root creates, writes, chmods or chowns, each step is taken by
 # file descriptor: a directory is opened relative to its parent's descriptor with O_NOFOLLOW and checked once
 # open - owned by root (or the user this runs as), not writable by its group or others - so a link another
 # user planted is never followed, and a checked directory cannot be swapped for another one afterwards.
-
 class UnsafePathError(PathError):
     """A directory another user can write, or a link or hard link where root would follow or change it."""
 

@@ -146,7 +146,7 @@ options:
     default: false
   owner:
     description:
-      - Owner of the model files. Default (and the rollout's choice) the user the module runs as, root: the
+      - Owner of the model files. Default (and the rollout's choice) the user the module runs as (root); the
         service user only reads the files, which the mode must allow.
       - Directories stay owned by the user the module runs as, whatever this says - root never writes in a
         directory another user could plant a link in.
