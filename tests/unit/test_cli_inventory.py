@@ -99,7 +99,8 @@ def test_issue39_missing_inventory(capsys, tree, verb):
 @pytest.mark.parametrize("verb", SOME_VERBS)
 def test_issue39_unparsable_yaml_inventory(capsys, tree, verb):
     error = refused(capsys, tree, verb, tree / "broken.yml")
-    assert "inventory %s: Ansible cannot parse it: YAML parsing failed" % (tree / "broken.yml") in error
+    # ansible-core's own words differ between releases (2.16: "We were unable to read either as JSON nor YAML")
+    assert "inventory %s: Ansible cannot parse it: " % (tree / "broken.yml") in error and "YAML" in error
     assert re.search(r"\(the yaml plugin, line [34]\); fix it", error), error
 
 
