@@ -136,7 +136,16 @@ def _open_top(path: str, what: str, mode: int, layout: Layout, apply: bool) -> O
     except FileNotFoundError:
         pass
     parent, name = os.path.split(os.path.normpath(path))
-    parent_fd = paths.open_dir(parent, what="the directory above %s" % what, assume_trusted=layout.fixed)
+    try:
+        # Missing parents are made root's 0755, as `mkdir -p` would (a models root beside a state directory
+        # moved elsewhere: /var/lib/llmops-vllm/models with rollout_state_dir /srv/llmops-vllm).
+        parent_fd = paths.open_dir(parent, what="the directory above %s" % what, assume_trusted=layout.fixed,
+                                   create_mode=0o755 if apply else None)
+    except FileNotFoundError:
+        if apply:
+            raise
+        layout.change(path, "absent", describe(0, 0, mode))
+        return None
     try:
         layout.change(path, "absent", describe(0, 0, mode))
         if not apply:

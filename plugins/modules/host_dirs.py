@@ -222,8 +222,11 @@ def main():
     except paths.PathError as exc:
         module.fail_json(msg=str(exc), changed=False)
     except OSError as exc:
-        module.fail_json(msg='%s: %s; the directories are left as they were found up to there, run again when '
-                             'fixed' % (exc.filename or p['state_dir'], exc.strerror or exc), changed=False)
+        # exc.filename is one component (the walk goes by descriptor): name the directories it was making too
+        module.fail_json(msg='%s: %s (making state_dir %s, models_root %s, cache_dir %s); the directories are left as '
+                             'they were found up to there, run again when fixed'
+                             % (exc.filename or p['state_dir'], exc.strerror or exc, p['state_dir'], p['models_root'],
+                                p['cache_dir']), changed=False)
     actions = []
     if layout.counts['changed']:
         actions.append('owner or mode of %d path%s' % (layout.counts['changed'], '' if layout.counts['changed'] == 1 else 's'))

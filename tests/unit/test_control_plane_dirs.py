@@ -235,6 +235,24 @@ def test_issue39_migration_makes_the_old_layout_roots_in_check_mode_first_and_is
     assert again["changed"] is False and again["changes"] == [] and "diff" not in again
 
 
+def test_a_models_root_whose_parents_are_missing_is_made_like_mkdir_p(tmp_path):
+    """A state directory moved elsewhere (the sandbox's llmops-2: rollout_state_dir /srv/llmops-vllm) leaves the
+    default models root /var/lib/llmops-vllm/models without its parent on a fresh host: the parents are made
+    root's 0755 (check mode only says so)."""
+    state, cache = tmp_path / "srv" / "state", tmp_path / "cache"
+    models = tmp_path / "var" / "lib" / "llmops-vllm" / "models"
+    args = host_dirs_args(state, cache, models_root=str(models), cache_names=[])
+    preview = run_host_dirs(args, check=True)
+    assert "failed" not in preview, preview.get("msg")
+    assert preview["changed"] is True and not (tmp_path / "var").exists() and not (tmp_path / "srv").exists()
+    assert {"path": str(models), "before": "absent", "after": "root:root 0755"} in preview["changes"]
+    done = run_host_dirs(args)
+    assert "failed" not in done, done.get("msg")
+    for path in (models, models.parent, models.parent.parent, state, state.parent):
+        assert (os.stat(path).st_uid, stat.S_IMODE(os.stat(path).st_mode)) == (0, 0o755), path
+    assert run_host_dirs(args)["changed"] is False
+
+
 def test_issue39_migration_follows_no_link_and_chmods_no_hard_link(tmp_path):
     uid, gid = nobody()
     state, cache = old_layout(tmp_path)
