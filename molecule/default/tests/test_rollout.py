@@ -184,7 +184,14 @@ def test_the_preview_shows_the_unit_the_rollout_wrote(host, kind):
     overrides = host_overrides(name)
     if overrides:
         assert "User=%s" % overrides["rollout_user"] in written
-        assert "WorkingDirectory=%s" % overrides["rollout_state_dir"] in written
+        # vLLM's HOME and working directory are the model's own cache directory, the service user's; the state
+        # directory (overridden here) is root's and nowhere in the unit (issue 39)
+        assert "WorkingDirectory=/var/cache/llmops-vllm/tiny-qwen3\n" in written
+        assert overrides["rollout_state_dir"] not in written
+        state = host.file(overrides["rollout_state_dir"])
+        assert (state.user, state.group, state.mode) == ("root", "root", 0o755)
+        home = host.file("/var/cache/llmops-vllm/tiny-qwen3")
+        assert (home.user, home.mode) == (overrides["rollout_user"], 0o750)
 
 
 PROBES = ("Probe GPUs, NUMA nodes and links", "Read what the installed vLLM can do", "Read the model's config",
