@@ -56,8 +56,24 @@ write_suite() {
     echo "<testsuite name=\"$1\" tests=\"$tests\" failures=\"$failures\" errors=\"0\" skipped=\"0\">$cases</testsuite>"
   } > "$JUNIT/$1.xml"
 }
+# counted STAGE HOSTS BEGIN: the vLLM starts of a sandbox stage on the hosts it used (tools/vllm_starts.py).
+counted() {
+  python3 tools/vllm_starts.py count "$1" "$3" ${2//,/ } || true
+}
+# scenario LANE NAME HOSTS: a molecule scenario on the sandbox hosts HOSTS (comma-separated).
 scenario() {
-  run_case "molecule-$1" "$2" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$2"
+  local begin rc; begin=$(date +%s)
+  run_case "molecule-$1" "$2" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$2"; rc=$?
+  counted "$2" "$3" "$begin"
+  return "$rc"
+}
+# live HOSTS FILE PYTEST-ARGS...: one live pytest file (its own JUnit file) on the sandbox hosts HOSTS.
+live() {
+  local hosts=$1 file=$2 begin rc; shift 2; begin=$(date +%s)
+  echo "== pytest $file" >&2
+  pytest --junitxml="$JUNIT/pytest-live-$(basename "$file" .py).xml" "$file" "$@" >&2; rc=$?
+  counted "$(basename "$file")" "$hosts" "$begin"
+  return "$rc"
 }
 
 lane_static_and_pytest() {
@@ -77,10 +93,9 @@ lane_static_and_pytest() {
 }
 lane_llmops2() {
   local rc=0 name
-  echo "== pytest (the live files, on llmops-2)"
-  # shellcheck disable=SC2086  # LIVE is a list of paths without spaces
-  pytest --junitxml="$JUNIT/pytest-live.xml" $LIVE "$@" || rc=1
-  for name in $LLMOPS2_SCENARIOS; do scenario llmops2 "$name" || rc=1; done
+  local file
+  for file in $LIVE; do live llmops-2 "$file" "$@" || rc=1; done
+  for name in $LLMOPS2_SCENARIOS; do scenario llmops2 "$name" llmops-2 || rc=1; done
   write_suite molecule-llmops2
   return "$rc"
 }
@@ -97,7 +112,7 @@ trap cleanup EXIT
 start_lane() {
   local name=$1; shift
   echo "== lane $name started" >&2
-  nice -n "${LANE_NICE:-0}" setsid bash -c "$(declare -f run_case write_suite scenario "$1")"'; "$@"' _ "$@" \
+  nice -n "${LANE_NICE:-0}" setsid bash -c "$(declare -f run_case write_suite counted scenario live "$1")"'; "$@"' _ "$@" \
     > "$LOGS/$name.log" 2>&1 &
   pids+=("$!")
 }
@@ -139,17 +154,14 @@ lane_names=(static_and_pytest llmops2)
 # rollback/upgrade and the live files/preflight/takeover); at a lower CPU priority it takes the cores
 # when the sandbox lanes wait, instead of slowing their vLLM starts.
 LANE_NICE=10 start_lane static_and_pytest lane_static_and_pytest "$@"
-scenario llmops1 default || status=1
+scenario llmops1 default llmops-1,llmops-2 || status=1
 start_lane llmops2 lane_llmops2 "$@"
-for name in $LLMOPS1_SCENARIOS; do scenario llmops1 "$name" || status=1; done
+for name in $LLMOPS1_SCENARIOS; do scenario llmops1 "$name" llmops-1 || status=1; done
 write_suite molecule-llmops1
-echo "== pytest (the live files, on llmops-1)" >&2
-# shellcheck disable=SC2086  # LIVE1 is a list of paths without spaces
-pytest --junitxml="$JUNIT/pytest-live1.xml" $LIVE1 "$@" >&2 || status=1
+for file in $LIVE1; do live llmops-1 "$file" "$@" || status=1; done
 end_lanes
-echo "== pytest (the live files on both hosts)" >&2
-# shellcheck disable=SC2086  # LIVE_BOTH is a list of paths without spaces
-pytest --junitxml="$JUNIT/pytest-live-both.xml" $LIVE_BOTH "$@" >&2 || status=1
+for file in $LIVE_BOTH; do live llmops-1,llmops-2 "$file" "$@" || status=1; done
 
+python3 tools/vllm_starts.py table
 python3 tools/test_summary.py "$JUNIT" || { [ "$status" -ne 0 ] || status=1; }
 exit "$status"
