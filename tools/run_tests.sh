@@ -58,7 +58,7 @@ write_suite() {
 }
 # counted STAGE HOSTS BEGIN: the vLLM starts of a sandbox stage on the hosts it used (tools/vllm_starts.py).
 counted() {
-  python3 tools/vllm_starts.py count "$1" "$3" ${2//,/ } || true
+  python3 tools/vllm_starts.py count "$1" "$3" "$2" || true
 }
 # scenario LANE NAME HOSTS: a molecule scenario on the sandbox hosts HOSTS (comma-separated).
 scenario() {

@@ -3,8 +3,9 @@
 the sandbox hosts is one line "Started vllm-<name>.service" in the host's journal (systemd writes it for
 each start, a failing or restarted one included).
 
-  tools/vllm_starts.py count STAGE SINCE HOST...   append "STAGE<TAB>HOST<TAB>STARTS" per host to
-                                                   out/logs/starts.tsv: the starts since SINCE (epoch s)
+  tools/vllm_starts.py count STAGE SINCE HOSTS     append "STAGE<TAB>HOST<TAB>STARTS" per host to
+                                                   out/logs/starts.tsv (HOSTS: comma-separated): the
+                                                   starts since SINCE (epoch s)
   tools/vllm_starts.py table [FILE]                print the starts per stage and the total
 
 tools/run_tests.sh counts after each sandbox stage, on the hosts that stage used (each lane has its own
@@ -62,7 +63,7 @@ def table(path: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 4 and argv[0] == "count":
-        count(argv[1], int(argv[2]), argv[3:])
+        count(argv[1], int(argv[2]), [h for arg in argv[3:] for h in arg.split(",") if h])
         return 0
     if argv and argv[0] == "table":
         path = Path(argv[1]) if len(argv) > 1 else STARTS
