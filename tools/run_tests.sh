@@ -6,7 +6,9 @@
 #       pytest without the live files - unit tests, module tests through ansible-playbook on
 #       localhost, integration tests with hosts and hubs of their own; then the unit and localhost
 #       Ansible tests again under the oldest ansible-core requires_ansible admits (tools/oldest_ansible.sh);
-#   lane "llmops1" (the main one): the molecule scenario default on both sandbox hosts, then, on
+#   lane "llmops1" (the main one): the molecule scenario default on both sandbox hosts (the fleet: both behind a
+#       real HAProxy on the controller, A -> B with a canary and a soak, a failing canary rolled back, every
+#       request of a steady load through HAProxy checked), then, on
 #       llmops-1, rollback and upgrade - each starting from what the one before leaves - and the
 #       live pytest files of the GitOps pipelines (test_gitops_live.py, on what upgrade leaves) and of
 #       several models on one host (test_multimodel_live.py: up to three servers on llmops-1, once the
@@ -16,7 +18,9 @@
 #       scenario preflight there.
 # Once both sandbox lanes ended, the live file that needs both hosts at once: a multi-node serving
 # group over llmops-1 and llmops-2 (test_group_live.py). The fleet of three hosts behind HAProxy
-# (test_fleet_live.py) is `make test-fleet`, outside this run: it takes longer than the whole CI budget.
+# (test_fleet_live.py, with a failing soak too) is `make test-fleet`, a bench outside this run.
+# After each sandbox stage, tools/vllm_starts.py counts the vLLM starts it made (the hosts' journals) into
+# out/logs/starts.tsv; the table is printed at the end, with where the last starts went (tools/vllm_start_phases.py).
 # Every runner writes JUnit XML under out/junit; tools/test_summary.py prints the time table and
 # `N passed, N failed`. A lane's output is printed when it ends; out/logs keeps it.
 # shellcheck disable=SC2317  # the lane functions run in other shells, through start_lane
@@ -163,5 +167,8 @@ end_lanes
 for file in $LIVE_BOTH; do live llmops-1,llmops-2 "$file" "$@" || status=1; done
 
 python3 tools/vllm_starts.py table
+# Where the last start of each model went on each host (tools/vllm_start_phases.py), kept in out/logs.
+for host in llmops-1 llmops-2; do python3 tools/vllm_start_phases.py "$host"; done > "$LOGS/start-phases.txt" 2>&1
+head -n 40 "$LOGS/start-phases.txt"
 python3 tools/test_summary.py "$JUNIT" || { [ "$status" -ne 0 ] || status=1; }
 exit "$status"

@@ -1,7 +1,8 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Count the vLLM starts of each stage of `make test` (issue 40): every start of a vllm-*.service unit on
-the sandbox hosts is one line "Started vllm-<name>.service" in the host's journal (systemd writes it for
-each start, a failing or restarted one included).
+the sandbox hosts is one line "Starting vllm-<name>.service" in the host's journal (systemd writes it when
+the start begins: a start that fails and an automatic restart count too; "Started" follows only once the
+unit's ExecStartPost saw vLLM ready).
 
   tools/vllm_starts.py count STAGE SINCE HOSTS     append "STAGE<TAB>HOST<TAB>STARTS" per host to
                                                    out/logs/starts.tsv (HOSTS: comma-separated): the
@@ -22,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 STARTS = REPO / "out" / "logs" / "starts.tsv"
-STARTED = re.compile(r"^Started (vllm-[^ ]+\.service)")
+STARTING = re.compile(r"^Starting (vllm-[^ ]+\.service)")
 
 
 def ssh_config() -> Path:
@@ -36,7 +37,7 @@ def starts_since(host: str, since: int) -> int:
                           capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         return -1
-    return sum(1 for line in proc.stdout.splitlines() if STARTED.match(line))
+    return sum(1 for line in proc.stdout.splitlines() if STARTING.match(line))
 
 
 def count(stage: str, since: int, hosts: list[str]) -> None:

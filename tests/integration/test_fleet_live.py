@@ -50,7 +50,7 @@ def fleet(nspawn_ok, tmp_path_factory):
         assert first.returncode == 0, "A on the fleet failed:\n" + describe(first)
         print("A on %s: %s s" % (", ".join(HOSTS), seconds))
         fleet.wait_all_up()
-        load = SteadyLoad(fleet.url, SERVED, rate=RATE, max_tokens=MAX_TOKENS, timeout=60.0)
+        load = SteadyLoad(fleet.url, SERVED, rate=RATE, max_tokens=MAX_TOKENS, timeout=60.0, stream_every=3)
         load.start()
         time.sleep(5)
         fleet.load = load

