@@ -10,6 +10,7 @@
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -116,6 +117,8 @@ def test_the_rules_read_what_vllm_really_exports():
 
 
 # ----------------------------------------------------------------------------- the tasks, through ansible-playbook
+# An ansible-playbook start costs about a second of CPU and each module it runs about half of one (issue 40): the
+# tests share two runs of several plays each, one play per step, and read each play's own part of the output.
 
 PLAN = {"host": "192.0.2.21", "port": 8123, "argv": ["vllm", "serve", "/models/qwen", "--port", "8123"]}
 HOSTS = {
@@ -140,35 +143,111 @@ def write_promtool_wrapper(bin_dir, log, check_exit=None):
     script.chmod(0o755)
 
 
-def run_monitoring(work, role, extra_vars, check=False):
-    """The role's tasks/monitoring.yml on the HOSTS (all local) in one play; returns (rc, output, changed per host)."""
+def prometheus_host(directory):
+    """A Prometheus host's file_sd and rules directories under directory, with its promtool's log next to them."""
+    sd_dir, rules_dir = directory / "file_sd", directory / "rules"
+    sd_dir.mkdir(parents=True)
+    rules_dir.mkdir()
+    return sd_dir, rules_dir, directory / "promtool.log"
+
+
+def monitoring_play(name, role, hosts="all", check=False, variables=None, environment=None):
+    """The role's tasks/monitoring.yml in a play; check=True is --check for this play alone (a task that says
+    check_mode: false still runs for real, as under --check)."""
+    play = {"name": name, "hosts": hosts, "gather_facts": False, "tasks": [
+        {"name": "Monitoring", "ansible.builtin.include_role": {"name": "llmops.vllm.%s" % role, "tasks_from": "monitoring.yml"}}]}
+    if check:
+        play["check_mode"] = True
+    if variables:
+        play["vars"] = variables
+    if environment:
+        play["environment"] = environment
+    return play
+
+
+def controller_play(name, command):
+    """A shell command on the controller between two plays (the pipe lookup: no module, no managed host)."""
+    return {"name": name, "hosts": "localhost", "gather_facts": False, "vars": {"controller_command": command},
+            "tasks": [{"name": name, "ansible.builtin.set_fact": {
+                "controller_output": "{{ lookup('ansible.builtin.pipe', controller_command) }}"}}]}
+
+
+def snapshot_play(name, directory, snapshots):
+    """A copy (modes kept) of directory as the plays before left it, in snapshots/name."""
+    return controller_play(name, "cp -a %s %s" % (shlex.quote(str(directory)), shlex.quote(str(snapshots / name))))
+
+
+class PlaybookRun:
+    """One ansible-playbook run of several named plays. Per play: its part of the output, and per host of the play how
+    many tasks changed something and whether one failed, counted from the task lines (and checked against the recap)."""
+
+    def __init__(self, returncode, output):
+        self.returncode, self.output = returncode, output
+        headers = list(re.finditer(r"^PLAY \[(.*)\] \**$", output, re.M))
+        recap = output.index("\nPLAY RECAP ") if "\nPLAY RECAP " in output else len(output)
+        self.plays = {}
+        for header, after in zip(headers, headers[1:] + [None], strict=True):
+            section = output[header.end():after.start() if after else recap]
+            changed, failed = {}, []
+            for status, host in re.findall(r"^(ok|changed|skipping|fatal): \[([^\]\s]+)(?: -> [^\]]+)?\]", section, re.M):
+                changed[host] = changed.get(host, 0) + (status == "changed")
+                if status == "fatal":
+                    failed.append(host)
+            self.plays[header.group(1)] = (section, changed, failed)
+        totals = {host: (int(changed), int(failed)) for host, changed, failed in
+                  re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", output, re.M)}
+        counted = {host: (sum(play[1].get(host, 0) for play in self.plays.values()),
+                          sum(play[2].count(host) for play in self.plays.values())) for host in totals}
+        assert totals and counted == totals, "the task lines do not add up to the recap:\n" + output
+
+    def play(self, name):
+        """(the play's output, changed tasks per host, the hosts that failed in it)"""
+        assert name in self.plays, "play %r never started:\n%s" % (name, self.output)
+        return self.plays[name]
+
+
+def run_plays(work, plays, hosts, extra_vars):
+    """The plays in one ansible-playbook on the hosts (all local)."""
     work.mkdir(parents=True, exist_ok=True)
-    play = [{"hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "Monitoring", "ansible.builtin.include_role": {"name": "llmops.vllm.%s" % role, "tasks_from": "monitoring.yml"}}]}]
-    (work / "play.yml").write_text(json.dumps(play))
-    (work / "inventory.json").write_text(json.dumps({"all": {"hosts": HOSTS}}))
+    (work / "play.yml").write_text(json.dumps(plays))
+    (work / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
     (work / "extra.json").write_text(json.dumps(dict(extra_vars, ansible_python_interpreter=sys.executable)))
     env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": "%s:%s:/usr/bin:/bin" % (work.parent / "bin", Path(sys.executable).parent),
            "HOME": str(work.parent), "ANSIBLE_LOCAL_TEMP": str(work.parent / "tmp"), "ANSIBLE_NOCOLOR": "1", "LANG": "C.UTF-8"}
     argv = [str(ANSIBLE_PLAYBOOK), "-i", str(work / "inventory.json"), "-c", "local", "-e", "@%s" % (work / "extra.json"),
-            "--diff", str(work / "play.yml")] + (["--check"] if check else [])
+            "--diff", str(work / "play.yml")]
     done = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
-    output = done.stdout + done.stderr
-    changed = {host: int(count) for host, count in re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)", output, re.M)}
-    return done.returncode, output, changed
+    return PlaybookRun(done.returncode, done.stdout + done.stderr)
 
 
-@pytest.fixture
-def prometheus(tmp_path):
-    """A Prometheus host's file_sd and rules directories, promtool logging its calls, and the variables that name them."""
-    sd_dir, rules_dir = tmp_path / "prometheus" / "file_sd", tmp_path / "prometheus" / "rules"
-    sd_dir.mkdir(parents=True)
-    rules_dir.mkdir()
-    log = tmp_path / "promtool.log"
-    write_promtool_wrapper(tmp_path / "bin", log)
+@pytest.fixture(scope="module")
+def rollout_and_retire(tmp_path_factory):
+    """On the HOSTS, one run: the rollout's monitoring tasks in check mode, for real, and again; another model's
+    target added; then the retire's in check mode, for real, and again. promtool on PATH logs its calls, and the
+    Prometheus host's directories are copied after each step whose files a test reads."""
+    base = tmp_path_factory.mktemp("rollout-and-retire")
+    host_dir, snapshots = base / "prometheus", base / "snapshots"
+    sd_dir, rules_dir, log = prometheus_host(host_dir)
+    snapshots.mkdir()
+    write_promtool_wrapper(base / "bin", log)
+    other = sd_dir / "vllm-gpu-1-llama.json"
+    plays = [
+        monitoring_play("rollout --check", "rollout", check=True),
+        snapshot_play("after rollout --check", host_dir, snapshots),
+        monitoring_play("rollout", "rollout"),
+        snapshot_play("after rollout", host_dir, snapshots),
+        monitoring_play("rollout again", "rollout"),
+        controller_play("another model of gpu-1", "printf '[]\\n' > %s" % shlex.quote(str(other))),  # it stays
+        monitoring_play("retire --check", "retire", check=True),
+        snapshot_play("after retire --check", host_dir, snapshots),
+        monitoring_play("retire", "retire"),
+        snapshot_play("after retire", host_dir, snapshots),
+        monitoring_play("retire again", "retire"),
+    ]
     variables = {"rollout_desired": DESIRED, "rollout_default_bind": "192.0.2.22",
-                 "rollout_prometheus_sd_dir": str(sd_dir), "rollout_prometheus_rules_dir": str(rules_dir)}
-    return sd_dir, rules_dir, log, variables
+                 "rollout_prometheus_sd_dir": str(sd_dir), "rollout_prometheus_rules_dir": str(rules_dir),
+                 "retire_name": "qwen3-8b", "retire_prometheus_sd_dir": str(sd_dir)}
+    return run_plays(base / "work", plays, HOSTS, variables), snapshots, other
 
 
 def expected_target(host, address):
@@ -176,81 +255,109 @@ def expected_target(host, address):
 
 
 @pytest.mark.ansible
-def test_targets_and_rules_are_written_once_and_check_mode_writes_nothing(tmp_path, prometheus):
-    sd_dir, rules_dir, log, variables = prometheus
+def test_targets_and_rules_are_written_once_and_check_mode_writes_nothing(rollout_and_retire):
+    run, snapshots, _other = rollout_and_retire
 
-    rc, out, changed = run_monitoring(tmp_path / "check", "rollout", variables, check=True)
-    assert rc == 0, out
+    out, changed, failed = run.play("rollout --check")
+    assert failed == [], out
     assert changed == {"gpu-1": 2, "gpu-2": 1, "gpu-3": 1, "gpu-4": 0}, out  # the rules once (gpu-1), no target for the worker
-    assert list(sd_dir.iterdir()) == [] and list(rules_dir.iterdir()) == []
+    checked = snapshots / "after rollout --check"
+    assert list((checked / "file_sd").iterdir()) == [] and list((checked / "rules").iterdir()) == []
     assert '"targets": [' in out and "192.0.2.21:8123" in out  # the diff shows what would be written
 
-    rc, out, changed = run_monitoring(tmp_path / "first", "rollout", variables)
-    assert rc == 0, out
+    out, changed, failed = run.play("rollout")
+    assert failed == [], out
     assert changed == {"gpu-1": 2, "gpu-2": 1, "gpu-3": 1, "gpu-4": 0}, out
+    written = snapshots / "after rollout"
+    sd_dir = written / "file_sd"
     assert sorted(p.name for p in sd_dir.iterdir()) == ["vllm-gpu-1-qwen3-8b.json", "vllm-gpu-2-qwen3-8b.json", "vllm-gpu-3-qwen3-8b.json"]
     for host, address in [("gpu-1", "192.0.2.21:8123"), ("gpu-2", "192.0.2.22:8123"), ("gpu-3", "[fd00::3]:8123")]:
         target = sd_dir / ("vllm-%s-qwen3-8b.json" % host)
         assert json.loads(target.read_text()) == expected_target(host, address)
         assert stat.S_IMODE(target.stat().st_mode) == 0o644
-    installed = rules_dir / "vllm-alerts.yml"
+    installed = written / "rules" / "vllm-alerts.yml"
     assert installed.read_text() == RULES.read_text() and stat.S_IMODE(installed.stat().st_mode) == 0o644
-    checks = [line for line in log.read_text().splitlines() if line.startswith("check rules ")]
-    assert len(checks) == 1, log.read_text()  # promtool checked the rules before they replaced the file
+    log = (written / "promtool.log").read_text()
+    checks = [line for line in log.splitlines() if line.startswith("check rules ")]
+    assert len(checks) == 1, log  # promtool checked the rules before they replaced the file
 
-    rc, out, changed = run_monitoring(tmp_path / "again", "rollout", variables)
-    assert rc == 0, out
+    out, changed, failed = run.play("rollout again")
+    assert failed == [], out
     assert changed == {"gpu-1": 0, "gpu-2": 0, "gpu-3": 0, "gpu-4": 0}, out
 
 
 @pytest.mark.ansible
-def test_nothing_is_written_by_default(tmp_path, prometheus):
-    sd_dir, rules_dir, log, variables = prometheus
-    rc, out, changed = run_monitoring(tmp_path / "off", "rollout", {"rollout_desired": DESIRED})
-    assert rc == 0, out
-    assert set(changed.values()) == {0} and not log.exists(), out
-    assert list(sd_dir.iterdir()) == [] and list(rules_dir.iterdir()) == []
+def test_the_retire_removes_the_target_of_its_model(rollout_and_retire):
+    run, snapshots, other = rollout_and_retire
+    out, _changed, failed = run.play("rollout")
+    assert failed == [], out
+
+    out, changed, failed = run.play("retire --check")
+    assert failed == [] and changed == {"gpu-1": 1, "gpu-2": 1, "gpu-3": 1, "gpu-4": 0}, out
+    assert len(list((snapshots / "after retire --check" / "file_sd").iterdir())) == 4
+
+    out, changed, failed = run.play("retire")
+    assert failed == [] and changed == {"gpu-1": 1, "gpu-2": 1, "gpu-3": 1, "gpu-4": 0}, out
+    assert [p.name for p in (snapshots / "after retire" / "file_sd").iterdir()] == [other.name]
+
+    out, changed, failed = run.play("retire again")
+    assert failed == [] and set(changed.values()) == {0}, out
+    assert run.returncode == 0, run.output
+
+
+# The rules without the targets (those are the run above's): one play per case, each on a host of its own with its
+# own directories and its own promtool on PATH, logging its calls. The refused case is the last play: a play whose
+# hosts all failed ends the run.
+RULES_CASES = {
+    "off": None,  # nothing set: the roles' defaults
+    "unchecked, promtool ''": {"rollout_prometheus_promtool": ""},
+    "unchecked, promtool /nonexistent/promtool": {"rollout_prometheus_promtool": "/nonexistent/promtool"},
+    "checked, refused": {},  # the default promtool, which refuses the rules
+}
+
+
+@pytest.fixture(scope="module")
+def rules_cases(tmp_path_factory):
+    """{case: (its play's output, changed per host, failed hosts, its rules directory, its promtool's log)}"""
+    base = tmp_path_factory.mktemp("rules-cases")
+    plays, hosts, directories = [], {}, {}
+    for number, (case, options) in enumerate(RULES_CASES.items()):
+        host = "prometheus-%d" % number
+        _sd_dir, rules_dir, log = prometheus_host(base / host)
+        write_promtool_wrapper(base / host / "bin", log, check_exit=1 if case == "checked, refused" else None)
+        variables = None if options is None else dict(options, rollout_prometheus_rules_dir=str(rules_dir))
+        environment = {"PATH": "%s:%s:/usr/bin:/bin" % (base / host / "bin", Path(sys.executable).parent)}
+        plays.append(monitoring_play(case, "rollout", hosts=host, variables=variables, environment=environment))
+        hosts[host] = {"preflight_plan": PLAN}
+        directories[case] = (base / host, rules_dir, log)
+    run = run_plays(base / "work", plays, hosts, {"rollout_desired": DESIRED})
+    return {case: run.play(case) + directories[case] for case in RULES_CASES}
 
 
 @pytest.mark.ansible
-def test_rules_promtool_refuses_are_not_installed(tmp_path, prometheus):
-    sd_dir, rules_dir, log, variables = prometheus
-    write_promtool_wrapper(tmp_path / "bin", log, check_exit=1)
-    rc, out, changed = run_monitoring(tmp_path / "refused", "rollout", variables)
-    assert rc != 0 and "refused by the test" in out, out
+def test_nothing_is_written_by_default(rules_cases):
+    out, changed, failed, host_dir, rules_dir, log = rules_cases["off"]
+    assert failed == [], out
+    assert set(changed.values()) == {0} and not log.exists(), out
+    assert sorted(p.name for p in host_dir.rglob("*") if p.is_file()) == ["promtool"]  # only the wrapper
+
+
+@pytest.mark.ansible
+def test_rules_promtool_refuses_are_not_installed(rules_cases):
+    out, _changed, failed, _host_dir, rules_dir, log = rules_cases["checked, refused"]
+    assert failed == ["prometheus-3"] and "refused by the test" in out, out
+    assert "check rules " in log.read_text()
     assert list(rules_dir.iterdir()) == []
 
 
 @pytest.mark.ansible
 @pytest.mark.parametrize("promtool_option", ["", "/nonexistent/promtool"])
-def test_rules_are_installed_unchecked_without_promtool(tmp_path, prometheus, promtool_option):
+def test_rules_are_installed_unchecked_without_promtool(rules_cases, promtool_option):
     """'' turns the check off; a promtool that is not there does not stop the hand-off."""
-    sd_dir, rules_dir, log, variables = prometheus
-    rc, out, changed = run_monitoring(tmp_path / "unchecked", "rollout", dict(variables, rollout_prometheus_promtool=promtool_option))
-    assert rc == 0, out
+    out, _changed, failed, _host_dir, rules_dir, log = rules_cases["unchecked, promtool %s" % (promtool_option or "''")]
+    assert failed == [], out
     assert (rules_dir / "vllm-alerts.yml").read_text() == RULES.read_text()
     assert not log.exists()
-
-
-@pytest.mark.ansible
-def test_the_retire_removes_the_target_of_its_model(tmp_path, prometheus):
-    sd_dir, rules_dir, log, variables = prometheus
-    rc, out, _err = run_monitoring(tmp_path / "rollout", "rollout", variables)
-    assert rc == 0, out
-    other = sd_dir / "vllm-gpu-1-llama.json"
-    other.write_text("[]\n")  # another model of the same host stays
-    retire = {"retire_name": "qwen3-8b", "retire_prometheus_sd_dir": str(sd_dir)}
-
-    rc, out, changed = run_monitoring(tmp_path / "retire-check", "retire", retire, check=True)
-    assert rc == 0 and changed == {"gpu-1": 1, "gpu-2": 1, "gpu-3": 1, "gpu-4": 0}, out
-    assert len(list(sd_dir.iterdir())) == 4
-
-    rc, out, changed = run_monitoring(tmp_path / "retire", "retire", retire)
-    assert rc == 0 and changed == {"gpu-1": 1, "gpu-2": 1, "gpu-3": 1, "gpu-4": 0}, out
-    assert [p.name for p in sd_dir.iterdir()] == [other.name]
-
-    rc, out, changed = run_monitoring(tmp_path / "retire-again", "retire", retire)
-    assert rc == 0 and set(changed.values()) == {0}, out
 
 
 def test_the_target_file_name_is_the_one_the_retire_removes():
