@@ -84,6 +84,9 @@ def scenario(nspawn_ok, tmp_path_factory):
     out["step1_log"], out["step1_state"] = proc.stdout, state()
     out["step1_models"] = {name: models_served(url[name]) for name in ("tiny-llama", "mm-qwen3")}
     out["llama_process"], out["qwen_process"] = process_of("tiny-llama"), process_of("mm-qwen3")
+    # each model's own report, read now: the drop in step 3 removes the dropped model's
+    out["step1_reports"] = {name: json.loads(path.read_text()) for name in ("tiny-llama", "mm-qwen3")
+                            for path in [inventory.root / "reports" / HOST / name / "latest.json"] if path.exists()}
 
     # 2. under load on tiny-llama: mm-qwen3 changed
     load = SteadyLoad(url["tiny-llama"], "tiny-llama", rate=2.0)
@@ -129,12 +132,12 @@ def test_two_models_serve_side_by_side_and_the_old_model_is_retired(scenario):
         if name not in ("tiny-llama", "mm-qwen3"):
             assert name in scenario["step1_state"]["previous"], "%s was served before and not retired" % name
             assert process_of(name)[2] != "active"
-    report = json.loads((scenario["reports"] / HOST / "mm-qwen3" / "latest.json").read_text())
+    report = scenario["step1_reports"]["mm-qwen3"]
     assert report["desired"]["name"] == "mm-qwen3" and report["status"] == "ok"
     # model A, listed as it served, stopped at its own fast path (no run of its own) or - had anything of its
-    # desired state differed - was rolled out like mm-qwen3
-    llama = scenario["reports"] / HOST / "tiny-llama" / "latest.json"
-    assert not llama.exists() or json.loads(llama.read_text())["status"] in ("ok", "unchanged")
+    # desired state differed from what the scenarios before left - was rolled out like mm-qwen3
+    llama = scenario["step1_reports"].get("tiny-llama")
+    assert llama is None or (llama["desired"]["name"] == "tiny-llama" and llama["status"] in ("ok", "unchanged"))
 
 
 def test_the_untouched_model_answers_every_request_and_is_never_restarted(scenario, record_property):
@@ -177,6 +180,7 @@ def test_a_dropped_model_is_retired_and_the_others_stay(scenario):
     assert "mm-qwen3" in scenario["step3_state"]["previous"]
     assert scenario["step3_process"]["mm-qwen3"][2] != "active"
     assert scenario["step3_process"]["tiny-llama"] == scenario["llama_process"]
+    assert not (scenario["reports"] / HOST / "mm-qwen3" / "latest.json").exists()  # the retire took its report
     # only the drop: the model still listed stops at its own fast path (no run of its own)
     assert "tiny-llama - " not in scenario["step3_log"]
     assert "no longer listed, to retire - mm-qwen3" in scenario["step3_log"]
