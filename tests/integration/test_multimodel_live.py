@@ -34,7 +34,7 @@ from steady_load import SteadyLoad
 HOST = "llmops-1"
 # Model A as the scenarios before leave it (examples/sandbox-model-a.yml); the others on ports no other scenario uses.
 LLAMA = {"name": "tiny-llama", "repo_id": "llmops-test/tiny-llama-chat", "revision": "v1.0", "served_model_name": "tiny-llama",
-         "port": 8000}
+         "port": 8000, "plan": {"cpu_threads_bind": "nobind"}}
 QWEN = {"name": "mm-qwen3", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main", "port": 8012}
 QWEN_CHANGED = dict(QWEN, plan={"max_model_len": 1024})
 
