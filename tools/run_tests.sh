@@ -13,9 +13,9 @@
 #       live pytest files of the GitOps pipelines (test_gitops_live.py, on what upgrade leaves) and of
 #       several models on one host (test_multimodel_live.py: up to three servers on llmops-1, once the
 #       llmops2 lane has mostly ended);
-#   lane "llmops2" (once default has left llmops-2 serving): the live pytest files on llmops-2
-#       (test_benchmark_live.py, test_vllm_install_live.py, test_bluegreen_live.py), then the molecule
-#       scenario preflight there.
+#   lane "llmops2" (once default has left llmops-2 serving): on llmops-2, in this order (each starting from
+#       what the one before leaves, LLMOPS2_ORDER): test_benchmark_live.py, test_vllm_install_live.py, the
+#       molecule scenario preflight, test_bluegreen_live.py, the molecule scenario takeover.
 # Once both sandbox lanes ended, the live file that needs both hosts at once: a multi-node serving
 # group over llmops-1 and llmops-2 (test_group_live.py). The fleet of three hosts behind HAProxy
 # (test_fleet_live.py, with a failing soak too) is `make test-fleet`, a bench outside this run.
@@ -36,6 +36,9 @@ LIVE_BOTH="tests/integration/test_group_live.py"
 LIVE_FLEET="tests/integration/test_fleet_live.py"
 # Every scenario also runs on its own (its prepare gets there); here each lane runs its own in order.
 LLMOPS1_SCENARIOS="rollback upgrade" LLMOPS2_SCENARIOS="preflight takeover"
+# The llmops2 lane's order: live files (*.py) and scenarios. The benchmark file leaves model A serving, which the
+# preflight scenario keeps; the takeover scenario reuses A's weights and venv.
+LLMOPS2_ORDER="tests/integration/test_benchmark_live.py tests/integration/test_vllm_install_live.py preflight tests/integration/test_bluegreen_live.py takeover"
 
 # run_case SUITE NAME COMMAND...: one command as one JUnit test case of SUITE, appended to
 # out/junit/.SUITE.cases (write_suite turns them into out/junit/SUITE.xml). Returns its status.
@@ -60,23 +63,28 @@ write_suite() {
     echo "<testsuite name=\"$1\" tests=\"$tests\" failures=\"$failures\" errors=\"0\" skipped=\"0\">$cases</testsuite>"
   } > "$JUNIT/$1.xml"
 }
-# counted STAGE HOSTS BEGIN: the vLLM starts of a sandbox stage on the hosts it used (tools/vllm_starts.py).
+# counted STAGE HOSTS BEGIN SNAPSHOT: the vLLM starts of a sandbox stage on the hosts it used and the CPU
+# seconds it took there and on the controller (tools/vllm_starts.py; SNAPSHOT: the hosts' CPU at its begin,
+# $LOGS/.STAGE.times: bash's `times` of the subshell that ran it).
 counted() {
-  python3 tools/vllm_starts.py count "$1" "$3" "$2" || true
+  python3 tools/vllm_starts.py count "$1" "$3" "$2" "$4" "$LOGS/.$1.times" || true
 }
 # scenario LANE NAME HOSTS: a molecule scenario on the sandbox hosts HOSTS (comma-separated).
 scenario() {
-  local begin rc; begin=$(date +%s)
-  run_case "molecule-$1" "$2" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$2"; rc=$?
-  counted "$2" "$3" "$begin"
+  local begin rc snap; begin=$(date +%s); snap=$(python3 tools/vllm_starts.py cpu "$3")
+  (run_case "molecule-$1" "$2" env LLMOPS_SANDBOX_KEEP=1 molecule test -s "$2"; rc=$?; times > "$LOGS/.$2.times"; exit "$rc")
+  rc=$?
+  counted "$2" "$3" "$begin" "$snap"
   return "$rc"
 }
 # live HOSTS FILE PYTEST-ARGS...: one live pytest file (its own JUnit file) on the sandbox hosts HOSTS.
 live() {
-  local hosts=$1 file=$2 begin rc; shift 2; begin=$(date +%s)
+  local hosts=$1 file=$2 begin rc snap stage; shift 2; begin=$(date +%s); stage=$(basename "$file")
+  snap=$(python3 tools/vllm_starts.py cpu "$hosts")
   echo "== pytest $file" >&2
-  pytest --junitxml="$JUNIT/pytest-live-$(basename "$file" .py).xml" "$file" "$@" >&2; rc=$?
-  counted "$(basename "$file")" "$hosts" "$begin"
+  (pytest --junitxml="$JUNIT/pytest-live-$(basename "$file" .py).xml" "$file" "$@" >&2; rc=$?; times > "$LOGS/.$stage.times"; exit "$rc")
+  rc=$?
+  counted "$stage" "$hosts" "$begin" "$snap"
   return "$rc"
 }
 
@@ -93,13 +101,14 @@ lane_static_and_pytest() {
   echo "== pytest (the unit and localhost Ansible tests under the oldest ansible-core admitted)"
   # nice 19 in all: it has minutes of slack, and its CPU would slow the sandbox lanes' vLLM starts
   nice -n 9 tools/oldest_ansible.sh --junitxml="$JUNIT/pytest-oldest-ansible.xml" -q "$@" || rc=1
+  echo "== the lane's CPU time (user, system): $(times | tail -n 1)"
   return "$rc"
 }
 lane_llmops2() {
-  local rc=0 name
-  local file
-  for file in $LIVE; do live llmops-2 "$file" "$@" || rc=1; done
-  for name in $LLMOPS2_SCENARIOS; do scenario llmops2 "$name" llmops-2 || rc=1; done
+  local rc=0 item
+  for item in $LLMOPS2_ORDER; do
+    if [[ "$item" == *.py ]]; then live llmops-2 "$item" "$@" || rc=1; else scenario llmops2 "$item" llmops-2 || rc=1; fi
+  done
   write_suite molecule-llmops2
   return "$rc"
 }
@@ -131,7 +140,7 @@ end_lanes() {
   done
   pids=()
 }
-export LIVE LIVE1 LIVE_BOTH LIVE_FLEET LLMOPS2_SCENARIOS
+export LIVE LIVE1 LIVE_BOTH LIVE_FLEET LLMOPS2_ORDER
 
 # The controller's tools the tests use beside Python (HAProxy, promtool; sandbox/up installs the same ones).
 python3 sandbox/hosts.py tools >&2 || status=1
@@ -139,6 +148,9 @@ python3 sandbox/hosts.py tools >&2 || status=1
 for config in molecule/*/molecule.yml; do
   name=$(basename "$(dirname "$config")")
   [[ " default $LLMOPS1_SCENARIOS $LLMOPS2_SCENARIOS " == *" $name "* ]] || { echo "molecule/$name is in no lane" >&2; status=1; }
+done
+for item in $LIVE $LLMOPS2_SCENARIOS; do
+  [[ " $LLMOPS2_ORDER " == *" $item "* ]] || { echo "$item is not in LLMOPS2_ORDER" >&2; status=1; }
 done
 
 # molecule keeps each scenario's state (created, prepared, ...) in ~/.ansible/tmp/molecule.<checksum of the

