@@ -101,7 +101,8 @@ lane_static_and_pytest() {
   echo "== pytest (the unit and localhost Ansible tests under the oldest ansible-core admitted)"
   # nice 19 in all: it has minutes of slack, and its CPU would slow the sandbox lanes' vLLM starts
   nice -n 9 tools/oldest_ansible.sh --junitxml="$JUNIT/pytest-oldest-ansible.xml" -q "$@" || rc=1
-  echo "== the lane's CPU time (user, system): $(times | tail -n 1)"
+  times > "$LOGS/.static_and_pytest.times"  # in this shell: its children's CPU (a pipe would run it in a subshell)
+  echo "== the lane's CPU time (user, system): $(tail -n 1 "$LOGS/.static_and_pytest.times")"
   return "$rc"
 }
 lane_llmops2() {

@@ -86,8 +86,8 @@ def count(stage: str, since: int, hosts: list[str], before: str = "", times_file
         for i, host in enumerate(hosts):
             now = host_cpu_usec(host)
             used = (now - start[host]) / 1e6 if now >= 0 and start.get(host, -1) >= 0 else -1.0
-            out.write("%s\t%s\t%d\t%.1f\t%.1f\n" % (stage, host, starts_since(host, since), used,
-                                                     controller if i == 0 else 0.0))
+            fields = (stage, host, starts_since(host, since), used, controller if i == 0 else 0.0)
+            out.write("%s\t%s\t%d\t%.1f\t%.1f\n" % fields)
 
 
 def table(path: Path) -> list[str]:
