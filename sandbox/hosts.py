@@ -15,9 +15,6 @@ Layout: one read-only Debian bookworm rootfs built once with mmdebstrap into a c
 per host on it, one network namespace per host with a veth on the bridge `llmops0` (10.231.0.1/24 on
 the controller). No default route and no forwarding: the hosts reach the controller and each other,
 nothing else. Python 3.11 stdlib only; runs as root.
-
-Every host's sitecustomize.py ends with sandbox/vllm_nospin.py: vLLM's message-queue readers sleep instead of
-spinning a second after each read (a core-second per request on two shared cores; the file says why).
 """
 
 from __future__ import annotations
@@ -50,7 +47,6 @@ FIRST_HOST_ADDRESS = ipaddress.ip_address("10.231.0.11")
 VETH_PREFIX = "llv-"  # controller side of each host's veth pair; the host side is eth0
 STATE_VERSION = 1
 ROOTFS_MARKER = ".llmops-rootfs.json"
-VLLM_NOSPIN = Path(__file__).resolve().parent / "vllm_nospin.py"
 MIN_SHM_BYTES = 256 * 2**20  # vLLM refuses to start with 64 MiB, works with 256 MiB (measured)
 BOOT_TIMEOUT_S = 90.0
 INIT_TIMEOUT_S = 20.0  # PID 1 exists within 0.5 s normally; nspawn can hang after a setup error
@@ -555,20 +551,6 @@ def configure_root(root: Path, name: str, address: str, public_key: str) -> None
     if not host_key.exists():
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(host_key)],
             what=f"ssh host key for {name}")
-    install_vllm_nospin(root)
-
-
-def install_vllm_nospin(root: Path) -> list[Path]:
-    """sandbox/vllm_nospin.py at the end of each Python's sitecustomize.py in ROOT (once); the files changed."""
-    hook = VLLM_NOSPIN.read_text(encoding="utf-8")
-    marker = hook.splitlines()[0]
-    changed = []
-    for site in sorted(root.glob("etc/python3.*/sitecustomize.py")):
-        text = site.read_text(encoding="utf-8")
-        if marker not in text:
-            site.write_text(text.rstrip("\n") + "\n\n" + hook, encoding="utf-8")
-            changed.append(site)
-    return changed
 
 
 def nspawn_argv(name: str, root: str, binds: list[str]) -> list[str]:

@@ -103,15 +103,6 @@ def test_dev_shm_is_large_enough_for_vllm(sandbox_hosts):
     assert blocks * block_size >= 256 * 2**20
 
 
-def test_pythons_there_load_the_vllm_nospin_hook(sandbox_hosts):
-    """sandbox/vllm_nospin.py (its behaviour: tests/unit/test_sandbox_nospin.py) is in every process's path, a
-    venv's too: its finder is on sys.meta_path of the host's Python 3, which a vLLM venv runs."""
-    state_dir, _ignored = sandbox_hosts
-    result = ssh(state_dir, NAMES[0], "python3 -c 'import sys; print([type(f).__name__ for f in sys.meta_path])'")
-    assert result.returncode == 0, result.stderr
-    assert "_LlmopsVllmNoSpin" in result.stdout
-
-
 def test_list_shows_both_hosts_on_the_bridge(sandbox_hosts):
     state_dir, _ignored = sandbox_hosts
     listing = json.loads(launcher(state_dir, "list", "--json").stdout)
